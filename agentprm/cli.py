@@ -1,0 +1,39 @@
+"""`agentprm` command line. Each sub-command lives in `agentprm/commands/<name>.py` and exposes
+`register(subparsers)`, which adds its parser and sets `func(args) -> int`. Bad input raises `UserError`,
+printed here as one line with exit code 2."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from agentprm import __version__
+from agentprm.errors import UserError
+
+COMMANDS = ["tasks", "demos", "play"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentprm", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"agentprm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"agentprm.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Parse before anything imports fast_downward: its pddl2sas overwrites sys.argv.
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"agentprm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

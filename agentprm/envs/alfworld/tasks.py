@@ -1,0 +1,103 @@
+"""The task catalogue: which games a split holds, from our generator's manifest or from official ALFWorld data.
+
+Generated folders carry `tasks.jsonl`, one row per game (schema below). A folder without it is read the way
+upstream ALFWorld reads its data: every sub-folder with `traj_data.json` + `game.tw-pddl` whose game is marked
+`solvable` is a task (so `--alfworld-data $ALFWORLD_DATA/json_2.1.1/valid_unseen` works unchanged).
+
+tasks.jsonl row: task_id (str, unique), task_type (one of TASK_TYPES), split ("train"|"eval"), floorplan (int),
+goal (the task sentence), game (game folder, relative to the manifest), walkthrough_len (int), seed (int).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE
+from agentprm.envs.alfworld.setup import TASK_TYPES
+from agentprm.errors import UserError
+
+MANIFEST = "tasks.jsonl"
+REQUIRED = ("task_id", "task_type", "game")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    task_id: str
+    task_type: str
+    game: str            # absolute path of the game folder
+    split: str = ""
+    floorplan: int = -1
+    goal: str = ""
+    walkthrough_len: int = -1
+    seed: int = -1
+
+    def to_row(self, root: Path) -> dict:
+        row = asdict(self)
+        row["game"] = os.path.relpath(self.game, root)
+        return row
+
+
+def check_types(types) -> tuple[str, ...]:
+    bad = [t for t in types if t not in TASK_TYPES]
+    if bad:
+        raise UserError(f"unknown task type {bad[0]!r}; known: {', '.join(TASK_TYPES)}")
+    return tuple(types)
+
+
+def load_tasks(root: str | Path, types=None) -> list[TaskSpec]:
+    root = Path(os.path.expandvars(str(root)))
+    if not root.is_dir():
+        raise UserError(f"{root}: no such task folder")
+    types = check_types(types) if types else TASK_TYPES
+    manifest = root / MANIFEST
+    tasks = _read_manifest(manifest) if manifest.exists() else _walk_official(root)
+    tasks = [t for t in tasks if t.task_type in types]
+    if not tasks:
+        raise UserError(f"{root}: no games found (expected {MANIFEST}, or sub-folders with {TRAJ_FILE} + {GAME_FILE})")
+    return tasks
+
+
+def _read_manifest(manifest: Path) -> list[TaskSpec]:
+    tasks = []
+    for lineno, line in enumerate(manifest.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{manifest}:{lineno}: not valid JSON ({e.msg})") from None
+        missing = [k for k in REQUIRED if k not in row]
+        if missing:
+            raise UserError(f"{manifest}:{lineno}: missing field '{missing[0]}'")
+        if row["task_type"] not in TASK_TYPES:
+            raise UserError(f"{manifest}:{lineno}: field 'task_type' is {row['task_type']!r}, not a known type")
+        row = {k: v for k, v in row.items() if k in TaskSpec.__dataclass_fields__}
+        row["game"] = str((manifest.parent / row["game"]).resolve())
+        tasks.append(TaskSpec(**row))
+    return tasks
+
+
+def _walk_official(root: Path) -> list[TaskSpec]:
+    tasks = []
+    for traj in sorted(root.rglob(TRAJ_FILE)):
+        game = traj.parent / GAME_FILE
+        if not game.exists():
+            continue
+        info, game_data = _read_json(traj), _read_json(game)
+        solvable = game_data.get("solvable", False)
+        if not solvable or info.get("task_type") not in TASK_TYPES:
+            continue
+        rel = traj.parent.relative_to(root)
+        scene = info.get("scene", {}).get("floor_plan", "FloorPlan-1")
+        tasks.append(TaskSpec(task_id=str(rel), task_type=info["task_type"], game=str(traj.parent.resolve()),
+                              floorplan=int("".join(c for c in scene if c.isdigit() or c == "-") or -1)))
+    return tasks
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not valid JSON ({e.msg})") from None
