@@ -2,10 +2,13 @@
 
 Generated folders carry `tasks.jsonl`, one row per game (schema below). A folder without it is read the way
 upstream ALFWorld reads its data: every sub-folder with `traj_data.json` + `game.tw-pddl` whose game is marked
-`solvable` is a task (so `--alfworld-data $ALFWORLD_DATA/json_2.1.1/valid_unseen` works unchanged).
+`solvable` is a task (so `--alfworld-data $ALFWORLD_DATA/json_2.1.1/valid_unseen` works unchanged). Such a task's
+split is the official split folder on its path (train, valid_seen, ...), or "" when there is none.
 
-tasks.jsonl row: task_id (str, unique), task_type (one of TASK_TYPES), split ("train"|"eval"), floorplan (int),
-goal (the task sentence), game (game folder, relative to the manifest), walkthrough_len (int), seed (int).
+tasks.jsonl row: task_id (str, unique; the game folder's name), task_type (one of TASK_TYPES), split
+("train"|"eval"), floorplan (int, the AI2-THOR floor plan; train and eval never share one), goal (the task sentence
+as the engine shows it), game (game folder, relative to the manifest), walkthrough_len (int, commands in the verified
+walkthrough), seed (int, the --seed of the generating run). Written by `agentprm.envs.alfworld.generate`.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from agentprm.errors import UserError
 
 MANIFEST = "tasks.jsonl"
 REQUIRED = ("task_id", "task_type", "game")
+OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,9 @@ def _walk_official(root: Path) -> list[TaskSpec]:
             continue
         rel = traj.parent.relative_to(root)
         scene = info.get("scene", {}).get("floor_plan", "FloorPlan-1")
+        split = next((p for p in reversed(traj.parent.parts) if p in OFFICIAL_SPLITS), "")
         tasks.append(TaskSpec(task_id=str(rel), task_type=info["task_type"], game=str(traj.parent.resolve()),
-                              floorplan=int("".join(c for c in scene if c.isdigit() or c == "-") or -1)))
+                              split=split, floorplan=int("".join(c for c in scene if c.isdigit() or c == "-") or -1)))
     return tasks
 
 

@@ -1,0 +1,1 @@
+"""Datasets the pipeline produces and reads: trajectory shards (`agentprm.data.trajectories`)."""

@@ -1,0 +1,250 @@
+"""The trajectory store: Parquet shards, one row per turn (one agent action).
+
+A row is what the agent saw, what it did and what came of it. Episode-level columns repeat on every row of
+the episode, so any row can be read on its own (e.g. `table.filter(won)`), and `iter_episodes` rebuilds the
+episodes. See docs/data.md for reading with pyarrow / pandas / `datasets`.
+
+    column             type          meaning
+    episode_id         string        unique per episode; rows of one episode share it
+    task_id            string        the game (TaskSpec.task_id)
+    task_type          string        one of agentprm.envs.alfworld.setup.TASK_TYPES
+    turn               int32         0-based index of the action within the episode
+    task               string        the goal sentence ("put some apple on fridge.")
+    observation        string        what the agent saw before acting (turn 0: the env's first observation)
+    admissible         list<string>  the admissible commands at that point
+    action             string        the agent's reply as written (a bare command, or "REASON: … ACTION: …";
+                                     the env received the parsed command)
+    reward             float32       reward of this step (ALFWorld: 1 on the winning step, else 0)
+    done               bool          the episode ended with this step (won, truncated or failed)
+    won                bool          the task was completed by this step; an episode's outcome is its last row's
+    policy             string        what chose the actions ("expert", "random", a model name, "human", ...)
+    seed               int64         the seed the episode was played with
+    admissible_action  bool          `action` was among `admissible`
+    error              string        empty unless the episode failed (e.g. the env worker crashed): the reason;
+                                     `ShardWriter.add` puts it on every row, `iter_episodes` also finds it
+                                     when a writer put it on the failing (last) row only
+
+An episode that failed before its first action is stored as one row with turn 0, an empty action and the
+error, so failures are never silently lost.
+
+Shards are `<prefix>-00000.parquet`, `<prefix>-00001.parquet`, ... in one folder, each written to a temp file and
+renamed into place: a crash never leaves a half-written shard and loses at most the rows not yet flushed.
+An episode never spans two shards.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentprm.envs.base import Turn
+from agentprm.errors import UserError
+from agentprm.io import atomic_path
+
+SCHEMA = pa.schema([
+    ("episode_id", pa.string()),
+    ("task_id", pa.string()),
+    ("task_type", pa.string()),
+    ("turn", pa.int32()),
+    ("task", pa.string()),
+    ("observation", pa.string()),
+    ("admissible", pa.list_(pa.string())),
+    ("action", pa.string()),
+    ("reward", pa.float32()),
+    ("done", pa.bool_()),
+    ("won", pa.bool_()),
+    ("policy", pa.string()),
+    ("seed", pa.int64()),
+    ("admissible_action", pa.bool_()),
+    ("error", pa.string()),
+])
+EPISODE_COLUMNS = ("episode_id", "task_id", "task_type", "task", "policy", "seed", "error")
+STEP_COLUMNS = ("turn", "observation", "admissible", "action", "reward", "done", "won", "admissible_action")
+SORT_KEYS = [("episode_id", "ascending"), ("turn", "ascending")]
+DEFAULT_ROWS_PER_SHARD = 10_000
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One turn: the observation and admissible commands the agent saw, its action, and the outcome."""
+    turn: int
+    observation: str
+    admissible: tuple[str, ...]
+    action: str
+    reward: float = 0.0
+    done: bool = False
+    won: bool = False
+    admissible_action: bool = False
+
+    @classmethod
+    def from_turns(cls, turn: int, seen: Turn, action: str, result: Turn) -> StepRecord:
+        """The record of acting `action` on `seen` (the Turn the agent saw), which led to `result`."""
+        admissible = result.info.get("admissible_action", action.strip() in seen.admissible)
+        return cls(turn=turn, observation=seen.observation, admissible=tuple(seen.admissible), action=action,
+                   reward=float(result.reward), done=bool(result.done), won=bool(result.won),
+                   admissible_action=bool(admissible))
+
+
+_NO_STEP = StepRecord(turn=0, observation="", admissible=(), action="", done=True)
+
+
+@dataclass
+class EpisodeRecord:
+    episode_id: str
+    task_id: str
+    task_type: str
+    task: str
+    policy: str
+    seed: int
+    steps: list[StepRecord] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def won(self) -> bool:
+        return bool(self.steps) and self.steps[-1].won
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.steps and not self.error:
+            raise ValueError(f"episode {self.episode_id!r} has no steps and no error: nothing to store")
+        episode = {k: getattr(self, k) for k in EPISODE_COLUMNS}
+        steps = self.steps or [_NO_STEP]
+        return [{**episode, **{k: getattr(s, k) for k in STEP_COLUMNS}} for s in steps]
+
+
+def shard_name(prefix: str, index: int) -> str:
+    return f"{prefix}-{index:05d}.parquet"
+
+
+class ShardWriter:
+    """Buffers whole episodes and writes them as numbered shards of about `rows_per_shard` rows.
+    Numbering continues after shards already in `out_dir`, so a resumed run never overwrites earlier ones."""
+
+    def __init__(self, out_dir: str | Path, prefix: str = "part", rows_per_shard: int = DEFAULT_ROWS_PER_SHARD):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.prefix = prefix
+        self.rows_per_shard = rows_per_shard
+        self.paths: list[Path] = []
+        self._rows: list[dict[str, Any]] = []
+        self._next_index = self._first_free_index()
+
+    def _first_free_index(self) -> int:
+        pattern = re.compile(rf"{re.escape(self.prefix)}-(\d+)\.parquet")
+        taken = [int(m.group(1)) for p in self.out_dir.iterdir() if (m := pattern.fullmatch(p.name))]
+        return max(taken, default=-1) + 1
+
+    def add(self, episode: EpisodeRecord) -> None:
+        self.write_rows(episode.rows())
+
+    def write_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Rows of whole episodes, as dicts with the schema's columns (extra keys are ignored)."""
+        for row in rows:
+            missing = [name for name in SCHEMA.names if name not in row]
+            if missing:
+                raise ValueError(f"trajectory row lacks column {missing[0]!r}")
+        self._rows.extend(rows)
+        if len(self._rows) >= self.rows_per_shard:
+            self.flush()
+
+    def flush(self) -> Path | None:
+        """Write the buffered episodes as the next shard; returns its path (None when nothing was buffered)."""
+        if not self._rows:
+            return None
+        table = pa.Table.from_pylist(self._rows, schema=SCHEMA)
+        path = self.out_dir / shard_name(self.prefix, self._next_index)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
+        self._rows = []
+        self._next_index += 1
+        self.paths.append(path)
+        return path
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()  # buffered rows are whole episodes, so they are worth keeping even when the caller failed
+
+
+def write_episodes(out_dir: str | Path, episodes: Iterable[EpisodeRecord], prefix: str = "part") -> list[Path]:
+    with ShardWriter(out_dir, prefix) as writer:
+        for episode in episodes:
+            writer.add(episode)
+    return writer.paths
+
+
+def write_episodes_file(path: str | Path, episodes: Iterable[EpisodeRecord]) -> Path:
+    """All episodes as one Parquet file, written atomically (for small outputs such as expert demos)."""
+    rows = [row for episode in episodes for row in episode.rows()]
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp, compression="zstd")
+    return path
+
+
+def shard_files(path: str | Path) -> list[Path]:
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise UserError(f"{path}: no such trajectory file or folder")
+    files = sorted(path.glob("*.parquet"))
+    if not files:
+        raise UserError(f"{path}: no .parquet trajectory shards in this folder")
+    return files
+
+
+def read_shard(path: Path) -> pa.Table:
+    """One shard, with the schema's columns checked and cast to the schema's types (extra columns are kept)."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise UserError(f"{path}: not a readable Parquet file ({e})") from None
+    for col in SCHEMA:
+        if col.name not in table.column_names:
+            raise UserError(f"{path}: missing column '{col.name}'")
+        idx = table.column_names.index(col.name)
+        if table.schema.field(idx).type != col.type:
+            try:
+                table = table.set_column(idx, col.name, table[col.name].cast(col.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise UserError(f"{path}: column '{col.name}' has type {table.schema.field(idx).type}, "
+                                f"expected {col.type}") from None
+    return table
+
+
+def read_trajectories(path: str | Path) -> pa.Table:
+    """A shard file or a folder of shards as one table, sorted by (episode_id, turn)."""
+    tables = [read_shard(f) for f in shard_files(path)]
+    return pa.concat_tables(tables, promote_options="default").sort_by(SORT_KEYS)
+
+
+def iter_episodes(table: pa.Table) -> Iterator[EpisodeRecord]:
+    """Rebuild episodes from rows (any order); each episode's turns must run 0..n-1."""
+    current: EpisodeRecord | None = None
+    for batch in table.sort_by(SORT_KEYS).to_batches(max_chunksize=4096):
+        for row in batch.to_pylist():
+            if current is None or row["episode_id"] != current.episode_id:
+                if current is not None:
+                    yield _checked(current)
+                current = EpisodeRecord(**{k: row[k] for k in EPISODE_COLUMNS})
+            current.error = row["error"] or current.error  # writers other than `add` may set it on the last row only
+            step = {k: row[k] for k in STEP_COLUMNS}
+            current.steps.append(StepRecord(**{**step, "admissible": tuple(step["admissible"] or ())}))
+    if current is not None:
+        yield _checked(current)
+
+
+def _checked(episode: EpisodeRecord) -> EpisodeRecord:
+    turns = [s.turn for s in episode.steps]
+    if turns != list(range(len(turns))):
+        raise UserError(f"episode {episode.episode_id!r}: turns {turns[:10]} are not 0..{len(turns) - 1} "
+                        "(rows duplicated or missing, e.g. the same shard read twice)")
+    return episode

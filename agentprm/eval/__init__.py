@@ -1,0 +1,1 @@
+"""Stage 5 — evaluation: success rates with confidence intervals, per task type."""

@@ -1,0 +1,50 @@
+"""Success rate with a Wilson 95% interval, overall and per task type, plus a rich table."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+
+def wilson_ci(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval: sane at 0 and n successes, unlike the normal approximation."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _rate(episodes: Sequence) -> dict:
+    wins = sum(e.won for e in episodes)
+    n = len(episodes)
+    lo, hi = wilson_ci(wins, n)
+    return {"success_rate": wins / n if n else 0.0, "ci95": [lo, hi], "episodes": n, "successes": wins,
+            "mean_turns": sum(len(e.steps) for e in episodes) / n if n else 0.0}
+
+
+def summarize(episodes: Sequence) -> dict:
+    """episodes: records with `.won`, `.steps`, `.task_type`, `.error`."""
+    by_type = defaultdict(list)
+    for e in episodes:
+        by_type[e.task_type].append(e)
+    out = _rate(episodes)
+    out["errors"] = sum(bool(e.error) for e in episodes)
+    out["by_type"] = {t: _rate(eps) for t, eps in sorted(by_type.items())}
+    return out
+
+
+def print_table(summary: dict, title: str = "") -> None:
+    table = Table(title=title)
+    for col in ("task type", "episodes", "success", "95% CI", "mean turns"):
+        table.add_column(col, justify="left" if col == "task type" else "right")
+    rows = list(summary["by_type"].items()) + [("all", summary)]
+    for name, r in rows:
+        table.add_row(name, str(r["episodes"]), f"{100 * r['success_rate']:.1f}%",
+                      f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}]", f"{r['mean_turns']:.1f}")
+    Console().print(table)

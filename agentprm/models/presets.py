@@ -1,0 +1,82 @@
+"""Model presets (small Llama configs trained from scratch) and loaders for any local Hugging Face causal LM.
+
+    tok = build_tokenizer()
+    model = build_model("tiny", tok, seed=0)      # LlamaForCausalLM, tied embeddings
+    model.save_pretrained(d); tok.save_pretrained(d)
+    model, tok = load_causal_lm(d), load_tokenizer(d)   # any HF causal LM folder (Qwen, Llama, ...) works too
+
+Sizes with the 355-token env vocabulary: tiny 0.52 M parameters, small 4.29 M. RoPE has no position
+parameters, so max_position_embeddings (1024, above the ~600 tokens of our longest measured prompts) costs nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel,
+                          PreTrainedTokenizerBase)
+
+from agentprm.errors import UserError
+
+MAX_POSITIONS = 1024
+PRESETS: dict[str, Callable[[], dict[str, Any]]] = {}
+
+
+def register_preset(name: str):
+    """Register a function returning LlamaConfig keyword arguments (vocabulary and special ids come from the
+    tokenizer at build time)."""
+    def add(fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+        PRESETS[name] = fn
+        return fn
+    return add
+
+
+@register_preset("tiny")
+def tiny() -> dict[str, Any]:
+    return dict(hidden_size=128, intermediate_size=448, num_hidden_layers=2, num_attention_heads=4)
+
+
+@register_preset("small")
+def small() -> dict[str, Any]:
+    return dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4)
+
+
+def preset_config(preset: str, tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
+    if preset not in PRESETS:
+        raise UserError(f"unknown model preset {preset!r}; known: {', '.join(PRESETS)}")
+    return LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, **PRESETS[preset]())
+
+
+def build_model(preset: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> LlamaForCausalLM:
+    """A freshly initialised model; the same (preset, tokenizer, seed) gives the same weights. The global torch
+    RNG is left as it was."""
+    config = preset_config(preset, tokenizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def _model_dir(path: str | Path, needs: str, what: str) -> Path:
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise UserError(f"{path}: no such {what} folder")
+    if not (path / needs).exists():
+        raise UserError(f"{path}: not a {what} folder (no {needs})")
+    return path
+
+
+def load_causal_lm(path: str | Path, *, trust_remote_code: bool = False, **kwargs: Any) -> PreTrainedModel:
+    """Any Hugging Face causal LM saved in a local folder; never reaches the network. `kwargs` go to
+    `from_pretrained` (e.g. dtype)."""
+    path = _model_dir(path, "config.json", "model")
+    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True,
+                                                **kwargs)
+
+
+def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    path = _model_dir(path, "tokenizer_config.json", "tokenizer")
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)

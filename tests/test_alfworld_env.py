@@ -1,0 +1,120 @@
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentprm.envs.alfworld.engine import AlfWorldEnv
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def games(generated_tasks) -> list[Path]:
+    """Two small-room games: kitchens are the slowest to load."""
+    return [Path(t.game) for t in load_tasks(generated_tasks.train) if t.floorplan > 30][:2]
+
+
+def walkthrough(game: Path) -> list[str]:
+    return json.loads((game / "game.tw-pddl").read_text())["walkthrough"]
+
+
+def transcript(game: Path, fast: bool, seed: int = 0, random_steps: int = 8) -> list[list]:
+    """The walkthrough episode, then an episode of seeded random admissible actions and one inadmissible one."""
+    env = AlfWorldEnv(game, max_steps=100, fast=fast)
+    rng = random.Random(seed)
+    out = []
+
+    def record(action: str, turn) -> None:
+        out.append([action, turn.task, turn.observation, list(turn.admissible), turn.reward, turn.done, turn.won])
+
+    record("", env.reset())
+    for action in walkthrough(game):
+        record(action, env.step(action))
+    turn = env.reset()
+    record("", turn)
+    for _ in range(random_steps):
+        action = rng.choice(sorted(turn.admissible))
+        turn = env.step(action)
+        record(action, turn)
+    record("dance", env.step("dance"))
+    env.close()
+    return out
+
+
+def uncached_transcripts(games: list[Path], out: Path) -> list:
+    """In a fresh process: the step caches, once installed, are process-wide."""
+    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            "from pathlib import Path; from test_alfworld_env import transcript; "
+            "Path(sys.argv[1]).write_text(json.dumps([transcript(Path(g), fast=False) for g in sys.argv[2:]]))")
+    subprocess.run([sys.executable, "-c", code, str(out), *map(str, games)], check=True, timeout=600)
+    return json.loads(out.read_text())
+
+
+def test_cached_and_uncached_transcripts_are_identical(games, tmp_path):
+    cached = [transcript(g, fast=True) for g in games]
+    assert cached == uncached_transcripts(games, tmp_path / "uncached.json")
+    assert all(episode[len(walkthrough(g))][-1] for g, episode in zip(games, cached))  # walkthrough wins
+
+
+def test_walkthrough_wins_with_reward_on_the_winning_step(games):
+    env = AlfWorldEnv(games[0])
+    first = env.reset()
+    assert first.task and "Your task is to:" in first.observation and first.admissible
+    turns = [env.step(a) for a in walkthrough(games[0])]
+    assert [t.reward for t in turns] == [0.0] * (len(turns) - 1) + [1.0]
+    assert [t.done for t in turns] == [False] * (len(turns) - 1) + [True]
+    assert turns[-1].won and not any(t.won for t in turns[:-1])
+    assert all(t.info["admissible_action"] for t in turns)
+
+
+def test_inadmissible_action_is_answered_not_raised(games):
+    env = AlfWorldEnv(games[0])
+    first = env.reset()
+    turn = env.step("dance wildly")
+    assert turn.observation == "Nothing happens."
+    assert turn.info["admissible_action"] is False
+    assert not turn.done and turn.admissible == first.admissible
+
+
+def test_max_steps_truncates(games):
+    env = AlfWorldEnv(games[0], max_steps=2)
+    env.reset()
+    assert not env.step("look").done
+    last = env.step("look")
+    assert last.done and last.info["truncated"] and not last.won and last.reward == 0.0
+    assert not env.reset().done  # the budget is per episode
+
+
+@pytest.fixture
+def game_copy(games, tmp_path) -> Path:
+    return Path(shutil.copytree(games[0], tmp_path / "game"))
+
+
+def test_missing_game_folder(tmp_path):
+    with pytest.raises(UserError, match="nowhere.*no such game file"):
+        AlfWorldEnv(tmp_path / "nowhere")
+
+
+def test_malformed_game_json(game_copy):
+    (game_copy / "game.tw-pddl").write_text("{not json")
+    with pytest.raises(UserError, match="game.tw-pddl: not valid JSON"):
+        AlfWorldEnv(game_copy)
+
+
+def test_game_missing_a_field(game_copy):
+    game = game_copy / "game.tw-pddl"
+    data = json.loads(game.read_text())
+    del data["grammar"]
+    game.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="game.tw-pddl: missing field 'grammar'"):
+        AlfWorldEnv(game_copy)
+
+
+def test_traj_data_missing_task_type(game_copy):
+    (game_copy / "traj_data.json").write_text(json.dumps({"pddl_params": {}}))
+    with pytest.raises(UserError, match="traj_data.json: field 'task_type'"):
+        AlfWorldEnv(game_copy)

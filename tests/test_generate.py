@@ -1,0 +1,145 @@
+"""The ALFWorld game generator: determinism, solvability, split hygiene, CLI errors, official-layout loading."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentprm.cli import main
+from agentprm.envs.alfworld import generate as gen
+from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, AlfWorldEnv
+from agentprm.envs.alfworld.setup import TASK_TYPES
+from agentprm.envs.alfworld.tasks import MANIFEST, load_tasks
+
+
+def manifest_rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / MANIFEST).read_text().splitlines()]
+
+
+def game_bytes(folder: Path) -> dict[str, bytes]:
+    return {f"{row['game']}/{name}": (folder / row["game"] / name).read_bytes()
+            for row in manifest_rows(folder) for name in (GAME_FILE, TRAJ_FILE)}
+
+
+def test_same_seed_gives_same_games_with_parallel_workers(generated_tasks, tmp_path):
+    # Spawned workers run with their own hash seeds, so this also catches iteration over unsorted sets.
+    gen.generate_tasks(tmp_path, "eval", generated_tasks.num, generated_tasks.seed, workers=2, progress=False)
+    assert manifest_rows(tmp_path) == manifest_rows(generated_tasks.eval)
+    assert game_bytes(tmp_path) == game_bytes(generated_tasks.eval)
+
+
+def test_different_seed_gives_different_games(generated_tasks):
+    rows = manifest_rows(generated_tasks.train)
+    for row in rows:
+        job = gen.GameJob(generated_tasks.seed + 1, "train", int(row["task_id"].split("-")[1]), row["task_type"])
+        other = gen.draft_game(job, attempt=0)
+        assert other.name != row["task_id"]
+        assert other.game["pddl_problem"] != json.loads((generated_tasks.train / row["game"] / GAME_FILE).read_text())[
+            "pddl_problem"]
+
+
+def test_every_type_is_present_and_its_walkthrough_wins(generated_tasks):
+    tasks = load_tasks(generated_tasks.train)
+    assert [t.task_type for t in tasks] == list(TASK_TYPES)
+    for task in tasks:
+        game = json.loads((Path(task.game) / GAME_FILE).read_text())
+        assert game["solvable"] is True and len(game["walkthrough"]) == task.walkthrough_len
+        env = AlfWorldEnv(task.game, max_steps=100)
+        turn = env.reset()
+        assert not turn.won and turn.task == task.goal
+        for command in game["walkthrough"]:
+            assert command in turn.admissible, (task.task_id, command)
+            turn = env.step(command)
+        env.close()
+        assert turn.won, task.task_id
+
+
+def test_traj_data_matches_the_manifest(generated_tasks):
+    for task in load_tasks(generated_tasks.eval):
+        traj = json.loads((Path(task.game) / TRAJ_FILE).read_text())
+        params = traj["pddl_params"]
+        assert traj["task_type"] == task.task_type and traj["scene"]["floor_plan"] == f"FloorPlan{task.floorplan}"
+        assert set(params) == {"object_target", "parent_target", "toggle_target", "mrecep_target", "object_sliced"}
+        assert params["object_target"].lower() in task.goal
+        assert (params["toggle_target"] == "DeskLamp") == (task.task_type == "look_at_obj_in_light")
+
+
+def test_train_and_eval_floorplans_are_disjoint(generated_tasks):
+    train = {t.floorplan for t in load_tasks(generated_tasks.train)}
+    evaluation = {t.floorplan for t in load_tasks(generated_tasks.eval)}
+    assert train and evaluation and not train & evaluation
+    for task_type in TASK_TYPES:  # the fixed assignment leaves every type playable in both splits
+        train_plans = set(gen.candidate_floorplans("train", task_type))
+        eval_plans = set(gen.candidate_floorplans("eval", task_type))
+        assert train_plans and eval_plans and not train_plans & eval_plans
+
+
+def test_cli_types_filter_force_and_summary(tmp_path):
+    out, summary = tmp_path / "games", tmp_path / "summary.json"
+    out.mkdir()
+    (out / MANIFEST).write_text("old\n")
+    types = ["pick_heat_then_place_in_recep", "look_at_obj_in_light"]
+    assert main(["tasks", "generate", "--out", str(out), "--split", "train", "--num", "2", "--seed", "3",
+                 "--types", *types, "--force", "--json", str(summary)]) == 0
+    report = json.loads(summary.read_text())
+    assert report["games"] == 2 and report["by_type"] == {t: 1 for t in types}
+    assert report["failures"] == 0 and report["seconds"] > 0 and report["provenance"]["seed"] == 3
+    assert sorted(t.task_type for t in load_tasks(out)) == sorted(types)
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--types", "pick_and_juggle"], "--types"),
+    (["--num", "0"], "--num"),
+])
+def test_cli_rejects_bad_flags_in_one_line(tmp_path, capsys, extra, field):
+    args = ["tasks", "generate", "--out", str(tmp_path / "x"), "--split", "train", "--num", "1", *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and field in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_refuses_to_overwrite_a_manifest(tmp_path, capsys):
+    (tmp_path / MANIFEST).write_text("keep me\n")
+    assert main(["tasks", "generate", "--out", str(tmp_path), "--split", "eval", "--num", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and MANIFEST in err and "--force" in err
+    assert [p.name for p in tmp_path.iterdir()] == [MANIFEST] and (tmp_path / MANIFEST).read_text() == "keep me\n"
+
+
+def test_failed_game_is_regenerated_and_counted(tmp_path, monkeypatch):
+    real_replay, calls = gen.replay, []
+
+    def fail_first(folder, commands):
+        calls.append(folder)
+        return ("forced failure", "") if len(calls) == 1 else real_replay(folder, commands)
+
+    monkeypatch.setattr(gen, "replay", fail_first)
+    result = gen.generate(tmp_path, "train", 1, 5, types=["pick_and_place_simple"], progress=False)
+    first_try = gen.draft_game(gen.GameJob(5, "train", 0, "pick_and_place_simple"), attempt=0).name
+    assert len(result.failures) == 1 and result.failures[0].startswith(first_try)
+    assert result.tasks[0].task_id != first_try
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([MANIFEST, result.tasks[0].task_id])
+
+
+def test_official_layout_is_served(generated_tasks, tmp_path, capsys):
+    split_dir = tmp_path / "json_2.1.1" / "train"
+    manifest = {t.task_id: t for t in load_tasks(generated_tasks.train)}
+    for n, task in enumerate(manifest.values()):
+        trial = split_dir / f"{task.task_type}-{n}" / f"trial_T2019_{n}"
+        trial.mkdir(parents=True)
+        for name in (GAME_FILE, TRAJ_FILE):
+            shutil.copy(Path(task.game) / name, trial / name)
+    official = load_tasks(tmp_path)
+    assert len(official) == len(manifest) and {t.split for t in official} == {"train"}
+    by_type = {t.task_type: t for t in manifest.values()}
+    for task in official:
+        assert task.floorplan == by_type[task.task_type].floorplan
+    env = AlfWorldEnv(official[0].game)
+    turn = env.reset()
+    env.close()
+    assert turn.task == by_type[official[0].task_type].goal and turn.admissible
+    assert main(["tasks", "list", "--tasks", str(tmp_path)]) == 0
+    assert "pick_two_obj_and_place" in capsys.readouterr().out

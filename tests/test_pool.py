@@ -1,0 +1,158 @@
+import functools
+import json
+import os
+import pickle
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from agentprm.envs.alfworld.engine import AlfWorldEnv
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.envs.base import Turn
+from agentprm.envs.pool import EnvPool
+
+ACTIONS = ("inc", "exit", "sysexit", "raise", "hang")
+
+
+class CountingEnv:
+    """Wins on the third "inc"; the other actions make it misbehave the ways a real engine can."""
+    task_id = "count"
+    task_type = "fake"
+
+    def reset(self) -> Turn:
+        self.n = 0
+        return Turn(task="count to 3", observation="0", admissible=ACTIONS, info={"pid": os.getpid()})
+
+    def step(self, action: str) -> Turn:
+        if action == "exit":
+            os._exit(1)
+        if action == "sysexit":
+            raise SystemExit(3)  # what Fast Downward does on a bad problem
+        if action == "raise":
+            raise RuntimeError("engine broke")
+        if action == "hang":
+            time.sleep(60)
+        self.n += 1
+        won = self.n == 3
+        return Turn(task="count to 3", observation=str(self.n), admissible=ACTIONS, reward=float(won), done=won,
+                    won=won, info={"pid": os.getpid()})
+
+    def close(self) -> None:
+        pass
+
+
+def broken_factory() -> CountingEnv:
+    raise FileNotFoundError("no such game")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with EnvPool(2, timeout=20) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("crash, reason, same_worker", [
+    ("exit", "worker exited with code 1", False),
+    ("sysexit", "SystemExit: 3", True),
+    ("raise", "RuntimeError: engine broke", True),
+])
+def test_a_crash_costs_only_its_episode(pool, crash, reason, same_worker):
+    first = pool.reset_many({0: CountingEnv, 1: CountingEnv})
+    pool.step({0: "inc", 1: "inc"})
+    turns = pool.step({0: crash, 1: "inc"})
+    assert turns[0].done and not turns[0].won and turns[0].task == "count to 3"
+    assert reason in turns[0].info["error"] and repr(crash) in turns[0].info["error"]
+    assert turns[1].observation == "2" and not turns[1].done
+    assert pool.step({1: "inc"})[1].won
+    with pytest.raises(ValueError, match="slot 0"):
+        pool.step({0: "inc"})
+    again = pool.reset(0, CountingEnv)
+    assert again.observation == "0"
+    assert (again.info["pid"] == first[0].info["pid"]) == same_worker
+    assert [pool.step({0: "inc"})[0].observation for _ in range(3)] == ["1", "2", "3"]
+
+
+def test_workers_are_reused_across_episodes(pool):
+    pids = {pool.reset(1, CountingEnv).info["pid"] for _ in range(3)}
+    assert len(pids) == 1
+
+
+def test_factory_error_is_reported_and_slot_recovers(pool):
+    turn = pool.reset(0, broken_factory)
+    assert turn.done and "FileNotFoundError: no such game" in turn.info["error"]
+    assert pool.reset(0, CountingEnv).observation == "0"
+
+
+def test_unpicklable_factory_raises_before_anything_is_sent(pool):
+    with pytest.raises((AttributeError, pickle.PicklingError)):  # which one depends on the Python version
+        pool.reset(0, lambda: CountingEnv())
+    assert pool.reset(0, CountingEnv).observation == "0"
+
+
+def test_slots_sharing_a_worker():
+    with EnvPool(2, num_slots=3) as pool:
+        assert [pool.worker_of(s) for s in range(3)] == [0, 1, 0]
+        first = pool.reset_many({s: CountingEnv for s in range(3)})
+        assert first[0].info["pid"] == first[2].info["pid"] != first[1].info["pid"]
+        turns = pool.step({0: "inc", 1: "inc", 2: "raise"})
+        assert [t.observation for t in turns.values()] == ["1", "1", ""]
+        assert pool.step({0: "exit", 1: "inc"})[0].info["error"].startswith("worker exited with code 1")
+        pool.reset(2, CountingEnv)  # on the replaced worker
+        assert pool.step({2: "inc"})[2].observation == "1"
+        with pytest.raises(IndexError):
+            pool.reset(3, CountingEnv)
+
+
+def test_a_dying_worker_loses_the_episodes_it_hosted():
+    with EnvPool(1, num_slots=2) as pool:
+        pool.reset_many({0: CountingEnv, 1: CountingEnv})
+        assert pool.step({0: "exit"})[0].done
+        lost = pool.step({1: "inc"})[1]
+        assert lost.done and "episode lost with its worker (worker exited with code 1)" in lost.info["error"]
+        assert pool.reset(1, CountingEnv).observation == "0"
+
+
+def test_hung_worker_is_killed_after_timeout():
+    with EnvPool(1, timeout=1) as pool:
+        pool.reset(0, CountingEnv)
+        turn = pool.step({0: "hang"})[0]
+        assert turn.done and "no answer within 1 s" in turn.info["error"]
+        assert pool.reset(0, CountingEnv).observation == "0"
+
+
+@pytest.fixture(scope="module")
+def games(generated_tasks) -> list[Path]:
+    """Two small-room games: kitchens are the slowest to load."""
+    return [Path(t.game) for t in load_tasks(generated_tasks.train) if t.floorplan > 30][:2]
+
+
+def episodes_in_process(game: Path, seed: int) -> tuple[list[list[str]], list[list[Turn]]]:
+    """An inadmissible action and seeded draws from the first admissible list, then the walkthrough:
+    one env, two episodes."""
+    rng = random.Random(seed)
+    env = AlfWorldEnv(game)
+    turn = env.reset()
+    actions, turns = ["dance"], [turn]
+    for _ in range(5):
+        actions.append(rng.choice(sorted(turn.admissible)))
+    turns += [env.step(a) for a in actions]
+    walk = json.loads((game / "game.tw-pddl").read_text())["walkthrough"]
+    walk_turns = [env.reset()] + [env.step(a) for a in walk]
+    env.close()
+    return [actions, walk], [turns, walk_turns]
+
+
+def test_parallel_stepping_matches_in_process(games):
+    expected = {slot: episodes_in_process(game, seed=slot) for slot, game in enumerate(games)}
+    with EnvPool(len(games)) as pool:
+        for episode in range(2):
+            factories = {slot: functools.partial(AlfWorldEnv, game) for slot, game in enumerate(games)}
+            got = {slot: [turn] for slot, turn in pool.reset_many(factories).items()}
+            scripts = {slot: list(expected[slot][0][episode]) for slot in got}
+            while any(scripts.values()):
+                turns = pool.step({slot: script.pop(0) for slot, script in scripts.items() if script})
+                for slot, turn in turns.items():
+                    got[slot].append(turn)
+            assert got == {slot: expected[slot][1][episode] for slot in got}

@@ -1,0 +1,113 @@
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from agentprm.data.trajectories import (SCHEMA, EpisodeRecord, ShardWriter, StepRecord, iter_episodes,
+                                        read_trajectories, write_episodes)
+from agentprm.envs.base import Turn
+from agentprm.errors import UserError
+
+
+def episode(eid: str, n: int, won: bool = True, error: str = "") -> EpisodeRecord:
+    steps = [StepRecord(turn=t, observation=f"obs {t}", admissible=("look", f"go to shelf {t}"), action="look",
+                        reward=float(won and t == n - 1), done=t == n - 1, won=won and t == n - 1,
+                        admissible_action=True) for t in range(n)]
+    return EpisodeRecord(episode_id=eid, task_id=f"task-{eid}", task_type="pick_and_place_simple",
+                         task="put some apple on fridge.", policy="random", seed=7, steps=steps, error=error)
+
+
+def test_round_trip_across_shards_in_order(tmp_path):
+    episodes = [episode(f"ep{i}", n) for i, n in enumerate([3, 1, 4, 2])]
+    with ShardWriter(tmp_path, rows_per_shard=4) as writer:
+        for ep in reversed(episodes):  # written out of order: reading sorts
+            writer.add(ep)
+    assert [p.name for p in writer.paths] == ["part-00000.parquet", "part-00001.parquet"]
+    table = read_trajectories(tmp_path)
+    assert table.schema.equals(SCHEMA)
+    assert table.num_rows == 10
+    assert list(iter_episodes(table)) == episodes
+    assert list(iter_episodes(read_trajectories(writer.paths[0]))) == [episodes[2], episodes[3]]
+
+
+def test_failed_episode_without_steps_keeps_its_error(tmp_path):
+    write_episodes(tmp_path, [episode("ok", 2), episode("crashed", 0, error="worker exited with code 1")])
+    table = read_trajectories(tmp_path)
+    (crashed,) = [ep for ep in iter_episodes(table) if ep.error]
+    assert crashed.episode_id == "crashed" and len(crashed.steps) == 1 and crashed.steps[0].done
+    assert not crashed.won
+    with pytest.raises(ValueError):
+        episode("empty", 0).rows()
+
+
+def test_write_rows_with_the_error_on_the_last_row_only(tmp_path):
+    rows = episode("w", 2).rows()
+    rows[-1]["error"] = "worker killed by signal SIGKILL"
+    with ShardWriter(tmp_path) as writer:
+        writer.write_rows(rows)
+        with pytest.raises(ValueError, match="'won'"):
+            writer.write_rows([{k: v for k, v in rows[0].items() if k != "won"}])
+    (read,) = iter_episodes(read_trajectories(tmp_path))
+    assert read.error == "worker killed by signal SIGKILL" and len(read.steps) == 2
+
+
+def test_new_writer_continues_numbering(tmp_path):
+    write_episodes(tmp_path, [episode("a", 1)])
+    write_episodes(tmp_path, [episode("b", 1)])
+    assert sorted(os.listdir(tmp_path)) == ["part-00000.parquet", "part-00001.parquet"]
+    assert [ep.episode_id for ep in iter_episodes(read_trajectories(tmp_path))] == ["a", "b"]
+
+
+def test_crash_loses_only_unflushed_rows_and_leaves_no_temp_files(tmp_path):
+    with pytest.raises(RuntimeError):
+        with ShardWriter(tmp_path, rows_per_shard=2) as writer:
+            writer.add(episode("a", 2))  # flushed: full shard
+            writer.add(episode("b", 1))
+            raise RuntimeError("rollout crashed")
+    assert sorted(os.listdir(tmp_path)) == ["part-00000.parquet", "part-00001.parquet"]
+
+
+def test_step_record_from_turns():
+    seen = Turn(task="t", observation="you see a shelf", admissible=("look", "go to shelf 1"))
+    result = Turn(task="t", observation="Nothing happens.", admissible=("look",), info={"admissible_action": False})
+    step = StepRecord.from_turns(3, seen, "dance", result)
+    assert step == StepRecord(turn=3, observation="you see a shelf", admissible=("look", "go to shelf 1"),
+                              action="dance", admissible_action=False)
+
+
+def test_duplicate_rows_are_reported(tmp_path):
+    write_episodes(tmp_path / "a", [episode("x", 2)])
+    table = pa.concat_tables([read_trajectories(tmp_path / "a")] * 2)
+    with pytest.raises(UserError, match="'x'"):
+        list(iter_episodes(table))
+
+
+def test_bad_files_are_user_errors_naming_file_and_column(tmp_path):
+    text = tmp_path / "notes.parquet"
+    text.write_text("not parquet")
+    with pytest.raises(UserError, match="notes.parquet"):
+        read_trajectories(text)
+    partial = tmp_path / "partial.parquet"
+    pq.write_table(pa.Table.from_pylist(episode("a", 1).rows(), schema=SCHEMA).drop_columns(["won"]), partial)
+    with pytest.raises(UserError, match=r"partial.parquet: missing column 'won'"):
+        read_trajectories(partial)
+    wrong = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({**{c.name: [None] for c in SCHEMA}, "turn": ["first"]}), wrong)
+    with pytest.raises(UserError, match=r"wrong.parquet: column 'turn'"):
+        read_trajectories(wrong)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="empty: no .parquet"):
+        read_trajectories(tmp_path / "empty")
+    with pytest.raises(UserError, match="missing: no such"):
+        read_trajectories(tmp_path / "missing")
+
+
+def test_readable_with_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    write_episodes(tmp_path / "traj", [episode("a", 2), episode("b", 3, won=False)])
+    files = sorted(str(p) for p in (tmp_path / "traj").glob("*.parquet"))
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "cache"))
+    assert ds.num_rows == 5
+    assert ds[0]["admissible"] == ["look", "go to shelf 0"]
+    assert sum(ds["won"]) == 1
