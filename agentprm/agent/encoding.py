@@ -1,0 +1,50 @@
+"""State → token ids and reply → token ids: the one encoding that SFT, the LM agent, the PRM and DPO share.
+
+Token-in-token-out: a prompt and a reply are encoded separately and concatenated, so the ids a trainer sees
+are exactly the ids the sampler scored (no decode/re-encode drift between turns). With our chat template,
+`prompt_ids(state) + reply_ids(reply)` equals `apply_chat_template(messages + [assistant reply])`.
+
+`PromptConfig` travels with every policy/PRM folder (`agentprm.json`), so a model is always prompted the way it
+was trained.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from agentprm.agent.format import DEFAULT_HISTORY_TURNS, state_to_messages
+from agentprm.agent.state import AgentState
+from agentprm.errors import UserError
+from agentprm.io import write_json
+
+CONFIG_FILE = "agentprm.json"
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    show_admissible: bool = False            # list the admissible commands in the prompt
+    history_turns: int = DEFAULT_HISTORY_TURNS  # earlier (action, observation) turns shown besides the current one
+
+    def save(self, folder: str | Path, **extra) -> None:
+        write_json(Path(folder) / CONFIG_FILE, {"prompt": asdict(self), **extra})
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "PromptConfig":
+        path = Path(folder) / CONFIG_FILE
+        if not path.exists():      # any plain HF model folder: default prompt
+            return cls()
+        try:
+            return cls(**json.loads(path.read_text()).get("prompt", {}))
+        except (json.JSONDecodeError, TypeError) as e:
+            raise UserError(f"{path}: bad field 'prompt' ({e})") from None
+
+
+def prompt_ids(tokenizer, state: AgentState, cfg: PromptConfig) -> list[int]:
+    messages = state_to_messages(state, show_admissible=cfg.show_admissible, history_turns=cfg.history_turns)
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                              return_dict=True)["input_ids"])
+
+
+def reply_ids(tokenizer, reply: str) -> list[int]:
+    return tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
