@@ -40,3 +40,26 @@ class RandomAgent:
 
     def act(self, states: Sequence, turns: Sequence[Turn]) -> list[str]:
         return [self._rng.choice(t.admissible) for t in turns]
+
+
+class BestOfNAgent:
+    """Test-time Best-of-N (AgentPRM §3.3): sample `n` replies per state from `generator`, act with the one the
+    PRM scores highest. All states' candidates are scored in one PRM call."""
+
+    needs_expert = False
+
+    def __init__(self, generator, prm, n: int):
+        self.generator, self.prm, self.n = generator, prm, n
+        self.name = f"{generator.name}+bon{n}"
+
+    def act(self, states: Sequence, turns: Sequence[Turn]) -> list[str]:
+        samples = self.generator.sample(states, turns, self.n)
+        unique = [list(dict.fromkeys(replies)) for replies in samples]   # duplicates need scoring once
+        flat_states = [s for s, replies in zip(states, unique) for _ in replies]
+        scores = self.prm.score(flat_states, [r for replies in unique for r in replies]).tolist()
+        out, k = [], 0
+        for replies in unique:
+            best = max(range(len(replies)), key=lambda j: scores[k + j])
+            out.append(replies[best])
+            k += len(replies)
+        return out

@@ -86,3 +86,19 @@ def _select(cache, idx: torch.Tensor):
     for i, (k, v) in enumerate(layers):
         new.update(k, v, i)
     return new
+
+
+def reply_logprobs(model, prompt_ids: Sequence[Sequence[int]], reply_ids: Sequence[Sequence[int]],
+                   pad_id: int) -> torch.Tensor:
+    """log π(reply | prompt) summed over reply tokens, with gradients (DPO, policy-gradient losses), shape (B,).
+    Rows are right-padded prompt⊕reply; only reply positions count."""
+    device = next(model.parameters()).device
+    seqs = [list(p) + list(r) for p, r in zip(prompt_ids, reply_ids)]
+    ids, mask = right_pad(seqs, pad_id)
+    ids, mask = ids.to(device), mask.to(device)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    tok_logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    reply_mask = torch.zeros_like(mask)
+    for i, (p, r) in enumerate(zip(prompt_ids, reply_ids)):
+        reply_mask[i, len(p):len(p) + len(r)] = 1
+    return (tok_logp * reply_mask[:, 1:]).sum(-1)

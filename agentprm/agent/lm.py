@@ -1,0 +1,156 @@
+"""LM policies: a causal LM behind a small generation-backend interface, acting as an `Agent`.
+
+    agent = LMAgent.load("agentprm/assets/policy", mode="choose")        # any saved policy folder
+    replies = agent.act(states, turns)                                    # one batched model call per turn
+    samples = agent.sample(states, turns, n=8)                            # N replies per state (Best-of-N)
+
+Two decoding modes:
+  "choose"   score every admissible command (reply = `format_reply(cmd)`) by its log-likelihood given the prompt;
+             greedy argmax at temperature 0, else a sample from softmax(logp / T). Never inadmissible.
+  "generate" free generation (KV cache, left-padded prompts, position ids from the attention mask, so a row's
+             tokens do not depend on the rest of the batch); the engine parses the text with `parse_reply`.
+
+Backends take and return token ids (token-in-token-out, see agent/encoding.py), so a trainer later sees exactly
+the ids that were sampled. `HFBackend` runs a local Hugging Face model in-process. Other backends plug in by
+implementing the same two methods:
+  - an OpenAI-compatible server (e.g. vLLM `vllm serve DIR`): `generate` posts to /v1/completions with the prompt
+    as a list of token ids and `n`, `temperature`, `max_tokens`, `seed`, `return_tokens_as_token_ids`; `score`
+    posts prompt + candidate ids with `echo=True, max_tokens=0, logprobs=0` and sums the candidate positions'
+    prompt logprobs.
+  - Ray workers: an actor per replica holding an `HFBackend`; `generate`/`score` split the prompts across the
+    actors and concatenate their answers in order.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
+from agentprm.agent.format import format_reply
+from agentprm.agent.scoring import left_pad, positions, score_candidates
+from agentprm.agent.state import AgentState
+from agentprm.envs.base import Turn
+from agentprm.errors import UserError
+
+MODES = ("choose", "generate")
+DEFAULT_MAX_NEW_TOKENS = 32
+
+
+class GenerationBackend(Protocol):
+    def score(self, prompt_ids: Sequence[Sequence[int]],
+              candidate_ids: Sequence[Sequence[Sequence[int]]]) -> list[torch.Tensor]:
+        """Sum of token log-probs of each candidate given its prompt: a (n_candidates,) tensor per prompt."""
+        ...
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_new_tokens: int,
+                 seed: int) -> list[list[list[int]]]:
+        """`n` completions per prompt (token ids, ending at and including EOS if it was produced); greedy at
+        temperature 0; the same seed gives the same completions."""
+        ...
+
+
+class HFBackend:
+    """A local Hugging Face causal LM, run in this process."""
+
+    def __init__(self, model, pad_id: int, eos_id: int):
+        self.model, self.pad_id, self.eos_id = model.eval(), pad_id, eos_id
+
+    def score(self, prompt_ids, candidate_ids) -> list[torch.Tensor]:
+        return score_candidates(self.model, prompt_ids, candidate_ids, self.pad_id)
+
+    @torch.no_grad()
+    def generate(self, prompt_ids, n, temperature, max_new_tokens, seed) -> list[list[list[int]]]:
+        device = next(self.model.parameters()).device
+        rows = [p for p in prompt_ids for _ in range(n)]
+        ids, mask = (t.to(device) for t in left_pad(rows, self.pad_id))
+        gen = torch.Generator(device=device).manual_seed(seed)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True)
+        next_pos = mask.sum(-1)
+        done = torch.zeros(len(rows), dtype=torch.bool, device=device)
+        tokens = []
+        for _ in range(max_new_tokens):
+            logits = out.logits[:, -1].float()
+            if temperature > 0:
+                tok = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen).squeeze(-1)
+            else:
+                tok = logits.argmax(-1)
+            tok = tok.masked_fill(done, self.pad_id)
+            tokens.append(tok)
+            done |= tok == self.eos_id
+            if done.all():
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            out = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                             cache=out.cache, use_cache=True)
+            next_pos = next_pos + 1
+        seqs = torch.stack(tokens, 1).tolist() if tokens else [[] for _ in rows]
+        completions = [_until_eos(s, self.eos_id) for s in seqs]
+        return [completions[i * n:(i + 1) * n] for i in range(len(prompt_ids))]
+
+
+def _until_eos(seq: list[int], eos_id: int) -> list[int]:
+    return seq[:seq.index(eos_id) + 1] if eos_id in seq else seq
+
+
+class LMAgent:
+    """An `Agent` backed by a causal LM. `model` is a `GenerationBackend` or a Hugging Face model (wrapped in
+    `HFBackend`). Sampling draws its seeds from one RNG seeded with `seed`, so a run is reproducible."""
+
+    needs_expert = False
+
+    def __init__(self, model, tokenizer, prompt_cfg: PromptConfig | None = None, *, mode: str = "choose",
+                 temperature: float = 0.0, seed: int = 0, name: str = "lm",
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS):
+        if mode not in MODES:
+            raise UserError(f"unknown decoding mode {mode!r}; known: {', '.join(MODES)}")
+        if temperature < 0:
+            raise UserError(f"temperature must be >= 0 (got {temperature})")
+        is_backend = hasattr(model, "score") and hasattr(model, "generate") and not isinstance(model, torch.nn.Module)
+        self.backend = model if is_backend else HFBackend(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
+        self.tokenizer, self.prompt_cfg = tokenizer, prompt_cfg or PromptConfig()
+        self.mode, self.temperature, self.name, self.max_new_tokens = mode, temperature, name, max_new_tokens
+        self._rng = random.Random(seed)
+        self._reply_ids: dict[str, list[int]] = {}   # admissible commands repeat across turns and envs
+
+    @classmethod
+    def load(cls, folder: str | Path, **overrides) -> LMAgent:
+        """A policy folder (HF model + tokenizer + agentprm.json); `overrides` are constructor keywords."""
+        from agentprm.models import load_causal_lm, load_tokenizer
+
+        folder = Path(folder)
+        model, tokenizer = load_causal_lm(folder), load_tokenizer(folder)
+        overrides.setdefault("name", folder.resolve().name)
+        return cls(model, tokenizer, PromptConfig.load(folder), **overrides)
+
+    def act(self, states: Sequence[AgentState], turns: Sequence[Turn]) -> list[str]:
+        return [replies[0] for replies in self.sample(states, turns, 1)]
+
+    def sample(self, states: Sequence[AgentState], turns: Sequence[Turn], n: int) -> list[list[str]]:
+        """`n` replies per state, all states in one batched backend call."""
+        if not states:
+            return []
+        prompts = [prompt_ids(self.tokenizer, s, self.prompt_cfg) for s in states]
+        seed = self._rng.getrandbits(63)
+        if self.mode == "generate":
+            out = self.backend.generate(prompts, n, self.temperature, self.max_new_tokens, seed)
+            return [[self.tokenizer.decode(ids, skip_special_tokens=True) for ids in row] for row in out]
+        commands = [list(s.admissible) for s in states]
+        candidates = [[self._ids(format_reply(c)) for c in cmds] for cmds in commands]
+        scores = self.backend.score(prompts, candidates)
+        gen = torch.Generator().manual_seed(seed)
+        return [[cmds[i] for i in self._pick(logp, n, gen)] for cmds, logp in zip(commands, scores)]
+
+    def _pick(self, logp: torch.Tensor, n: int, gen: torch.Generator) -> list[int]:
+        if self.temperature == 0:
+            return [int(logp.argmax())] * n
+        probs = F.softmax(logp.float() / self.temperature, -1)
+        return torch.multinomial(probs, n, replacement=True, generator=gen).tolist()
+
+    def _ids(self, reply: str) -> list[int]:
+        if reply not in self._reply_ids:
+            self._reply_ids[reply] = reply_ids(self.tokenizer, reply)
+        return self._reply_ids[reply]

@@ -1,0 +1,80 @@
+"""`agentprm rollout`: play a policy on tasks and write the trajectories as Parquet shards."""
+from __future__ import annotations
+
+import argparse
+import time
+
+from agentprm.commands.common import add_common, write_summary
+from agentprm.errors import require
+
+BASELINES = ("expert", "random")
+
+
+def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None:
+    """Flags that pick and decode a policy (shared by `rollout` and `eval`)."""
+    what = "a policy folder, or expert|random" if baselines else "a policy folder (from `agentprm sft`)"
+    p.add_argument("--policy", required=True, metavar="DIR", help=what)
+    p.add_argument("--tasks", required=True, metavar="DIR", help="task folder (generated tasks.jsonl or official)")
+    p.add_argument("--mode", choices=("choose", "generate"), default="choose",
+                   help="choose: best admissible command by likelihood; generate: free text (default choose)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default 0)")
+    p.add_argument("--max-steps", type=int, default=50, help="step budget per episode (default 50)")
+    p.add_argument("--num-envs", type=int, default=8, help="episodes played at once, batched per turn (default 8)")
+    p.add_argument("--workers", type=int, default=None, help="env worker processes (default: CPU count)")
+
+
+def make_agent(args: argparse.Namespace):
+    require(args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})")
+    require(args.max_steps >= 1, f"--max-steps must be at least 1 (got {args.max_steps})")
+    require(args.num_envs >= 1, f"--num-envs must be at least 1 (got {args.num_envs})")
+    from agentprm.agent.policies import ExpertAgent, RandomAgent
+
+    if args.policy == "expert":
+        return ExpertAgent()
+    if args.policy == "random":
+        return RandomAgent(args.seed)
+    import torch
+
+    from agentprm.agent.lm import LMAgent
+
+    torch.set_num_threads(1)  # env workers share the cores; more torch threads make every step slower
+    return LMAgent.load(args.policy, mode=args.mode, temperature=args.temperature, seed=args.seed)
+
+
+def play(args: argparse.Namespace, agent, tag: str, writer=None) -> tuple[list, dict]:
+    """Every task `per_task` times; the episodes and their summary (with the wall time)."""
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.eval.summary import summarize
+    from agentprm.rollout.engine import episode_jobs, run_episodes
+
+    start = time.monotonic()
+    jobs = episode_jobs(load_tasks(args.tasks), args.per_task, args.seed, args.max_steps, tag=tag)
+    episodes = run_episodes(jobs, agent, num_envs=args.num_envs, num_workers=args.workers, writer=writer,
+                            description=tag)
+    summary = summarize(episodes)
+    summary["seconds"] = round(time.monotonic() - start, 1)
+    return episodes, summary
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rollout", help="play a policy on tasks; write trajectories (Parquet shards)")
+    add_policy_args(p)
+    p.add_argument("--per-task", type=int, default=1, metavar="K", help="episodes per task (default 1)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder for the shards")
+    add_common(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    require(args.per_task >= 1, f"--per-task must be at least 1 (got {args.per_task})")
+    agent = make_agent(args)
+    from agentprm.data.trajectories import ShardWriter
+    from agentprm.eval.summary import print_table
+
+    with ShardWriter(args.out) as writer:
+        _, summary = play(args, agent, tag="rollout", writer=writer)
+    summary["shards"] = [str(p) for p in writer.paths]
+    print_table(summary, title=f"{agent.name} on {args.tasks}")
+    print(f"wrote {len(writer.paths)} shard(s) to {args.out}")
+    write_summary(args, summary)
+    return 0

@@ -1,0 +1,142 @@
+"""The loop's configuration: one dataclass per stage, loaded from YAML with every unknown or mistyped field
+reported as a one-line error naming the file and field. The resolved config is written to the run folder."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentprm.errors import UserError
+
+
+@dataclass
+class TasksConfig:
+    train: int = 24                 # generated train games (ignored when train_dir is set)
+    eval: int = 24                  # generated eval games, floor plans disjoint from train
+    types: list[str] | None = None  # task types (default: all six, balanced)
+    train_dir: str | None = None    # use an existing task folder (generated or official ALFWorld) instead
+    eval_dir: str | None = None
+
+
+@dataclass
+class Policy0Config:
+    path: str | None = None         # π0 folder; None = the bundled default policy
+    retrain: bool = False           # SFT π0 from expert demos of the train tasks instead
+    sft_epochs: float = 3.0
+    sft_model: str = "tiny"
+    sft_time_budget_s: float = 0.0
+
+
+@dataclass
+class RolloutConfig:
+    per_task: int = 4               # rollouts of π_{i-1} per train task (paper: 16)
+    temperature: float = 1.0        # exploration during stage-1 rollouts
+    mode: str = "choose"            # "choose" among admissible commands, or free "generate"
+    max_steps: int = 30
+    num_envs: int = 8
+    workers: int | None = None      # env worker processes (default: CPU count)
+
+
+@dataclass
+class TargetsConfig:
+    gamma: float = 1.0              # discount, counted from each turn to the episode end
+
+
+@dataclass
+class PrmConfig:
+    loss: str = "soft-bce"          # soft-bce | bradley-terry | any registered PRM loss
+    init: str = "policy"            # "policy" = π_{i-1}'s weights, or a preset name / model folder
+    epochs: float = 2.0
+    lr: float = 5e-4
+    batch_size: int = 16
+
+
+@dataclass
+class PolicyUpdateConfig:
+    method: str = "online-dpo"
+    beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03)
+    samples_per_state: int = 4
+    temperature: float = 1.0
+    steps: int = 60
+    batch_size: int = 8
+    lr: float = 2e-4
+
+
+@dataclass
+class EvalConfig:
+    episodes_per_task: int = 1
+    max_steps: int = 30
+    best_of_n: list[int] = field(default_factory=lambda: [4])   # Best-of-N with Q_i after each iteration
+    bon_temperature: float = 1.0
+
+
+@dataclass
+class LoopConfig:
+    algo: str = "agentprm"
+    seed: int = 0
+    iterations: int = 1
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    policy0: Policy0Config = field(default_factory=Policy0Config)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    targets: TargetsConfig = field(default_factory=TargetsConfig)
+    prm: PrmConfig = field(default_factory=PrmConfig)
+    policy: PolicyUpdateConfig = field(default_factory=PolicyUpdateConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _build(cls, data: Any, where: str, source: str):
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: field '{where or 'top level'}' must be a mapping")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        if key not in known:
+            raise UserError(f"{source}: unknown field '{path}' (known: {', '.join(known)})")
+        default = getattr(cls(), key)
+        if dataclasses.is_dataclass(default):
+            kwargs[key] = _build(type(default), value, path, source)
+        else:
+            kwargs[key] = _checked(value, default, path, source)
+    return cls(**kwargs)
+
+
+def _checked(value: Any, default: Any, path: str, source: str) -> Any:
+    if default is None or value is None:
+        return value
+    if isinstance(default, bool) != isinstance(value, bool):
+        raise UserError(f"{source}: field '{path}' must be true/false, got {value!r}")
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise UserError(f"{source}: field '{path}' must be a number, got {value!r}")
+        return type(default)(value) if isinstance(default, float) else value
+    if isinstance(default, str) and not isinstance(value, str):
+        raise UserError(f"{source}: field '{path}' must be a string, got {value!r}")
+    if isinstance(default, list) and not isinstance(value, list):
+        raise UserError(f"{source}: field '{path}' must be a list, got {value!r}")
+    return value
+
+
+def from_dict(data: dict, source: str = "config") -> LoopConfig:
+    return _build(LoopConfig, data or {}, "", source)
+
+
+def load_config(path: str | Path) -> LoopConfig:
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return from_dict(data, str(path))
+
+
+def dump_config(cfg: LoopConfig) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

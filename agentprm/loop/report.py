@@ -1,0 +1,98 @@
+"""results.json → report.md (tables) and PNG plots: success vs iteration with 95% CIs, Best-of-N success vs N,
+and the PRM's mean score over policy-update steps next to the policy's measured success (the paper's
+reward-hacking picture: a rising PRM score with flat or falling success means the policy exploits Q_i)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from agentprm.io import atomic_path, write_text  # noqa: E402
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def results_table(rows: list[dict]) -> str:
+    lines = ["| policy | iteration | Best-of-N | success % | 95% CI | episodes |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lo, hi = r["ci95"]
+        lines.append(f"| {r['policy']} | {r['iteration']} | {r['best_of_n']} | {_pct(r['success_rate'])} | "
+                     f"[{_pct(lo)}, {_pct(hi)}] | {r['episodes']} |")
+    return "\n".join(lines)
+
+
+def _save(fig, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _errorbar(ax, xs, rows, **kw):
+    ys = [100 * r["success_rate"] for r in rows]
+    err = [[y - 100 * r["ci95"][0] for y, r in zip(ys, rows)], [100 * r["ci95"][1] - y for y, r in zip(ys, rows)]]
+    ax.errorbar(xs, ys, yerr=err, capsize=4, marker="o", **kw)
+
+
+def plot_success(rows: list[dict], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    greedy = [r for r in rows if r["best_of_n"] == 1]
+    _errorbar(ax, [r["iteration"] for r in greedy], greedy, label="policy π_i (greedy)")
+    for n in sorted({r["best_of_n"] for r in rows} - {1}):
+        bon = [r for r in rows if r["best_of_n"] == n]
+        _errorbar(ax, [r["iteration"] + 0.05 for r in bon], bon, label=f"Best-of-{n} with Q_i", linestyle="--")
+    ax.set(xlabel="iteration", ylabel="success % (95% CI)", title="Success vs iteration", ylim=(0, 100))
+    ax.set_xticks(sorted({r["iteration"] for r in rows}))
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_best_of_n(rows: list[dict], path: Path) -> None:
+    last = max(r["iteration"] for r in rows)
+    pts = sorted((r for r in rows if r["iteration"] == last), key=lambda r: r["best_of_n"])
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    _errorbar(ax, [r["best_of_n"] for r in pts], pts)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="N (samples per turn)", ylabel="success % (95% CI)", title=f"Best-of-N, iteration {last}",
+           ylim=(0, 100))
+    _save(fig, path)
+
+
+def plot_prm_vs_success(dpo_history: dict[int, list[dict]], rows: list[dict], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    offset = 0
+    for i, hist in sorted(dpo_history.items()):
+        if not hist:
+            continue
+        ax.plot([offset + h["step"] for h in hist], [h["prm_mean"] for h in hist], label=f"PRM mean score, iter {i}")
+        offset += hist[-1]["step"]
+    ax.set(xlabel="policy-update step", ylabel="mean Q_i of sampled replies", ylim=(0, 1))
+    greedy = {r["iteration"]: r["success_rate"] for r in rows if r["best_of_n"] == 1}
+    ax2 = ax.twinx()
+    steps = [0] + [sum(h[-1]["step"] for k, h in sorted(dpo_history.items()) if k <= i and h)
+                   for i in sorted(dpo_history)]
+    ax2.plot(steps[:len(greedy)], [greedy[i] for i in sorted(greedy)][:len(steps)], "k--o", label="success (eval)")
+    ax2.set(ylabel="eval success", ylim=(0, 1))
+    ax.legend(loc="upper left", fontsize=7)
+    ax2.legend(loc="lower right", fontsize=7)
+    ax.set_title("PRM score vs true success during policy updates", fontsize=9)
+    _save(fig, path)
+
+
+def write_report(run_dir: Path, results: dict, dpo_history: dict[int, list[dict]]) -> None:
+    rows, plots = results["rows"], run_dir / "plots"
+    plot_success(rows, plots / "success_vs_iteration.png")
+    plot_best_of_n(rows, plots / "best_of_n.png")
+    plot_prm_vs_success(dpo_history, rows, plots / "prm_score_vs_success.png")
+    cfg = results["config"]
+    text = [f"# AgentPRM run ({cfg['algo']}, seed {cfg['seed']}, {cfg['iterations']} iteration(s))", "",
+            results_table(rows), "",
+            f"Wall time: {results['wall_seconds']:.0f} s. Eval: {cfg['eval']['episodes_per_task']} episode(s) per "
+            f"eval task, step budget {cfg['eval']['max_steps']}; 95% CIs are Wilson intervals over episodes.", "",
+            "![success](plots/success_vs_iteration.png)", "![bon](plots/best_of_n.png)",
+            "![prm](plots/prm_score_vs_success.png)", ""]
+    write_text(run_dir / "report.md", "\n".join(text))

@@ -1,0 +1,193 @@
+"""The AgentPRM loop (arXiv 2502.10325, Alg. 1), stage by stage, each stage resumable (see stages.py):
+
+    tasks → π0 → eval(π0)
+    for i in 1..iterations:
+        rollouts of π_{i-1} → Q-targets (MC, γ from t) → PRM Q_i → online DPO π_i vs π_{i-1} → eval(π_i),
+        Best-of-N(π_i, Q_i)
+
+Run folder: config.yaml (resolved), tasks/, policy_0/, iter_<i>/{rollouts,targets.parquet,prm,policy}/,
+evals/*.json, results.json, report.md, plots/*.png.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from agentprm.errors import UserError
+from agentprm.io import provenance, write_json, write_text
+from agentprm.loop.config import LoopConfig, dump_config
+from agentprm.loop.stages import MARKERS, StageRunner
+
+DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
+ALGORITHMS = ("agentprm",)
+
+
+def _table_info(targets) -> tuple:
+    return targets.table, targets.info
+
+
+class Loop:
+    def __init__(self, cfg: LoopConfig, run_dir: str | Path, resume: bool = False, progress: bool = True):
+        if cfg.algo not in ALGORITHMS:
+            raise UserError(f"config field 'algo': unknown algorithm {cfg.algo!r}; known: {', '.join(ALGORITHMS)}")
+        self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        started = (self.run_dir / MARKERS).exists()
+        if started and not resume:
+            raise UserError(f"{self.run_dir}: holds a run already; pass --resume to continue it (nothing deleted)")
+        if resume and (self.run_dir / "config.yaml").exists():
+            saved = (self.run_dir / "config.yaml").read_text()
+            if saved != dump_config(cfg):
+                raise UserError(f"{self.run_dir / 'config.yaml'}: differs from this run's config; "
+                                "resume with the same config")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_text(self.run_dir / "config.yaml", dump_config(cfg))
+        self.stages = StageRunner(self.run_dir, resume)
+        self.rows: list[dict] = []
+        self.dpo_history: dict[int, list[dict]] = {}
+
+    # ---------------------------------------------------------------- stages
+    def tasks(self) -> tuple[list, list]:
+        from agentprm.envs.alfworld.generate import generate_tasks
+        from agentprm.envs.alfworld.tasks import load_tasks
+
+        c = self.cfg.tasks
+        for split, num, given in (("train", c.train, c.train_dir), ("eval", c.eval, c.eval_dir)):
+            if given is None:
+                self.stages.run(f"tasks_{split}", f"tasks/{split}", lambda out, s=split, n=num: generate_tasks(
+                    out, s, n, self.cfg.seed, types=c.types, progress=self.progress))
+        train = load_tasks(c.train_dir or self.run_dir / "tasks/train", c.types)
+        evals = load_tasks(c.eval_dir or self.run_dir / "tasks/eval", c.types)
+        return train, evals
+
+    def policy0(self, train_tasks) -> Path:
+        c = self.cfg.policy0
+
+        def build(out: Path) -> None:
+            if c.retrain or (c.path is None and not (DEFAULT_POLICY / "config.json").exists()):
+                self._sft(train_tasks, out)
+            else:
+                src = Path(c.path) if c.path else DEFAULT_POLICY
+                if not (src / "config.json").exists():
+                    raise UserError(f"{src}: not a policy folder (no config.json)")
+                shutil.copytree(src, out)
+
+        return self.stages.run("policy_0", "policy_0", build)
+
+    def _sft(self, train_tasks, out: Path) -> None:
+        from agentprm.agent.policies import ExpertAgent
+        from agentprm.data.trajectories import write_episodes_file
+        from agentprm.eval.run import play_tasks
+        from agentprm.policy.sft import SFTConfig, train_sft
+
+        c = self.cfg.policy0
+        episodes, _ = play_tasks(ExpertAgent(), train_tasks, per_task=1, seed=self.cfg.seed, max_steps=200,
+                                 tag="expert", workers=self.cfg.rollout.workers, progress=self.progress)
+        demos = self.run_dir / "demos.parquet"
+        write_episodes_file(demos, episodes)
+        train_sft(demos, out, SFTConfig(model=c.sft_model, epochs=c.sft_epochs, seed=self.cfg.seed,
+                                        time_budget_s=c.sft_time_budget_s), progress=self.progress)
+
+    def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1) -> dict:
+        from agentprm.eval.run import play_tasks
+
+        c = self.cfg.eval
+
+        def build(out: Path) -> None:
+            _, summary = play_tasks(agent(), eval_tasks, per_task=c.episodes_per_task, seed=self.cfg.seed + 1000,
+                                    max_steps=c.max_steps, tag=f"eval-{name}", num_envs=self.cfg.rollout.num_envs,
+                                    workers=self.cfg.rollout.workers, progress=self.progress)
+            write_json(out, summary)
+
+        summary = json.loads(self.stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
+        policy = name.split("_bon")[0]
+        self.rows.append({"policy": policy, "iteration": iteration, "best_of_n": best_of_n,
+                          "success_rate": summary["success_rate"], "ci95": summary["ci95"],
+                          "episodes": summary["episodes"], "by_type": summary["by_type"]})
+        return summary
+
+    def iteration(self, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
+        from agentprm.agent.lm import LMAgent
+        from agentprm.data.trajectories import ShardWriter
+        from agentprm.eval.run import play_tasks
+        from agentprm.prm.model import ProcessRewardModel
+        from agentprm.prm.train import train_prm
+        from agentprm.targets.mc import targets_from_rollouts, write_with_info
+        from agentprm.train.core import TrainConfig
+
+        c, seed = self.cfg, self.cfg.seed + i
+        it = f"iter_{i}"
+
+        def rollouts(out: Path) -> None:
+            agent = LMAgent.load(prev, mode=c.rollout.mode, temperature=c.rollout.temperature, seed=seed,
+                                 name=f"pi{i - 1}")
+            with ShardWriter(out) as writer:
+                play_tasks(agent, train_tasks, per_task=c.rollout.per_task, seed=seed, max_steps=c.rollout.max_steps,
+                           tag=f"rollout-{i}", num_envs=c.rollout.num_envs, workers=c.rollout.workers,
+                           writer=writer, progress=self.progress)
+
+        roll = self.stages.run(f"{it}/rollouts", f"{it}/rollouts", rollouts)
+        targets = self.stages.run(f"{it}/targets", f"{it}/targets.parquet",
+                                  lambda out: write_with_info(out, *_table_info(targets_from_rollouts(roll, c.targets.gamma))))
+        init = prev if c.prm.init == "policy" else c.prm.init
+        prm_cfg = TrainConfig(lr=c.prm.lr, epochs=c.prm.epochs, batch_size=c.prm.batch_size, seed=seed)
+        prm_dir = self.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
+            targets, init, c.prm.loss, out, prm_cfg, progress=self.progress))
+        policy_dir = self.stages.run(f"{it}/policy", f"{it}/policy",
+                                     lambda out: self._update_policy(i, prev, prm_dir, roll, out, seed))
+        self.evaluate(f"pi{i}", lambda: LMAgent.load(policy_dir, mode=c.rollout.mode, seed=seed, name=f"pi{i}"),
+                      eval_tasks, i)
+        for n in c.eval.best_of_n:
+            def bon(n=n):
+                from agentprm.agent.policies import BestOfNAgent
+
+                gen = LMAgent.load(policy_dir, mode=c.rollout.mode, temperature=c.eval.bon_temperature, seed=seed,
+                                   name=f"pi{i}")
+                return BestOfNAgent(gen, ProcessRewardModel.load(prm_dir), n)
+
+            self.evaluate(f"pi{i}_bon{n}", bon, eval_tasks, i, best_of_n=n)
+        return policy_dir
+
+    def _update_policy(self, i: int, prev: Path, prm_dir: Path, rollouts: Path, out: Path, seed: int) -> None:
+        from agentprm.agent.lm import LMAgent
+        from agentprm.agent.replay import episode_states
+        from agentprm.data.trajectories import iter_episodes, read_trajectories
+        from agentprm.policy.online_dpo import OnlineDPOConfig, train_online_dpo
+        from agentprm.policy.sft import save_policy
+        from agentprm.prm.model import ProcessRewardModel
+
+        c = self.cfg.policy
+        states = {}
+        for episode in iter_episodes(read_trajectories(rollouts)):
+            for state, _ in episode_states(episode):
+                states.setdefault(state.key(), state)
+        policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
+        cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
+                              steps=c.steps, batch_size=c.batch_size, lr=c.lr, seed=seed)
+        history = train_online_dpo(policy, ProcessRewardModel.load(prm_dir), list(states.values()), cfg,
+                                   progress=self.progress)
+        save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
+                    online_dpo={"config": cfg.to_dict(), "history": history, "reference": str(prev)})
+
+    # ---------------------------------------------------------------- driver
+    def run(self) -> dict:
+        from agentprm.agent.lm import LMAgent
+
+        start = time.monotonic()
+        train_tasks, eval_tasks = self.tasks()
+        policy = self.policy0(train_tasks)
+        mode = self.cfg.rollout.mode
+        self.evaluate("pi0", lambda: LMAgent.load(policy, mode=mode, seed=self.cfg.seed, name="pi0"), eval_tasks, 0)
+        for i in range(1, self.cfg.iterations + 1):
+            policy = self.iteration(i, policy, train_tasks, eval_tasks)
+            meta = json.loads((policy / "agentprm.json").read_text())
+            self.dpo_history[i] = meta.get("online_dpo", {}).get("history", [])
+        results = {"rows": self.rows, "wall_seconds": round(time.monotonic() - start, 1),
+                   "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),
+                   "provenance": provenance(self.cfg.to_dict(), self.cfg.seed)}
+        write_json(self.run_dir / "results.json", results)
+        from agentprm.loop.report import write_report
+
+        write_report(self.run_dir, results, self.dpo_history)
+        return results

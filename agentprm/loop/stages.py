@@ -1,0 +1,48 @@
+"""Resumable stages. A stage writes its output to `<stem>.partial<suffix>` and renames it into place; only then is its
+completion marker written. After a kill -9 at any moment, `--resume` skips every marked stage, deletes the
+partial output of the interrupted one and runs it again from scratch (stages are seeded, so the redo gives the
+same result): no rollout is lost, none is counted twice."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from agentprm.io import write_json
+
+MARKERS = ".stages"
+
+
+class StageRunner:
+    def __init__(self, run_dir: Path, resume: bool):
+        self.run_dir, self.resume = run_dir, resume
+        (run_dir / MARKERS).mkdir(parents=True, exist_ok=True)
+        self.timings: dict[str, float] = {}
+
+    def marker(self, name: str) -> Path:
+        return self.run_dir / MARKERS / f"{name.replace('/', '__')}.done"
+
+    def done(self, name: str) -> bool:
+        return self.marker(name).exists()
+
+    def run(self, name: str, output: str, build: Callable[[Path], None]) -> Path:
+        """Run `build(tmp_path)` unless `name` completed earlier; returns the final output path."""
+        final = self.run_dir / output
+        if self.done(name):
+            self.timings[name] = json.loads(self.marker(name).read_text())["seconds"]
+            return final
+        partial = final.with_name(f"{final.stem}.partial{final.suffix}")
+        for stale in (partial, final):   # leftovers of an interrupted attempt
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            elif stale.exists():
+                stale.unlink()
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        build(partial)
+        partial.rename(final)
+        self.timings[name] = round(time.monotonic() - start, 2)
+        write_json(self.marker(name), {"stage": name, "output": output, "seconds": self.timings[name]})
+        return final

@@ -1,0 +1,98 @@
+"""Stage 3 — policy update by online DPO against the PRM (AgentPRM §3.1, algorithms.md §1).
+
+For a batch of states s drawn from π_{i-1}'s rollouts, draw `samples_per_state` replies from the *current*
+policy π_θ, score them with Q_i, and take the best-scored reply as y_w and the worst as y_l:
+
+    L_DPO = −log σ( β [ (log π_θ(y_w|s) − log π_ref(y_w|s)) − (log π_θ(y_l|s) − log π_ref(y_l|s)) ] ),  π_ref = π_{i-1}
+
+The KL anchor to the *previous* policy (conservative policy iteration) is what keeps Q_i valid for π_i; β is the
+paper's 0.03 by default. A state whose samples tie under Q_i gives no pair and no gradient. The loss plugs into
+the shared training core: sampling happens inside the loss, so every step is on-policy.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from agentprm.agent.encoding import prompt_ids, reply_ids
+from agentprm.agent.lm import LMAgent
+from agentprm.agent.scoring import reply_logprobs
+from agentprm.train.core import TrainConfig, train
+
+
+@dataclass
+class OnlineDPOConfig:
+    beta: float = 0.03             # KL weight to the reference π_{i-1} (paper: 0.03)
+    samples_per_state: int = 2     # replies drawn per state; best vs worst by PRM score (paper: 2)
+    temperature: float = 0.7       # sampling temperature for those replies (paper: 0.7)
+    min_margin: float = 0.0        # a pair needs Q(y_w) − Q(y_l) > min_margin
+    steps: int = 100               # optimiser steps (each on `batch_size` fresh states)
+    batch_size: int = 8
+    lr: float = 1e-4
+    time_budget_s: float = 0.0
+    seed: int = 0
+
+    def train_config(self, n_states: int) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.steps * self.batch_size / max(1, n_states),
+                           batch_size=self.batch_size, warmup_frac=0.0, time_budget_s=self.time_budget_s,
+                           seed=self.seed, log_every=max(1, self.steps // 20))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def dpo_loss(pi_w: torch.Tensor, pi_l: torch.Tensor, ref_w: torch.Tensor, ref_l: torch.Tensor,
+             beta: float) -> torch.Tensor:
+    """Per-pair DPO loss from sequence log-probs (policy and reference, chosen and rejected)."""
+    return -F.logsigmoid(beta * ((pi_w - ref_w) - (pi_l - ref_l)))
+
+
+class OnlineDPOLoss:
+    """`loss_fn(model, states)` for the training core: sample, rank by the PRM, DPO against the frozen reference."""
+
+    def __init__(self, policy: LMAgent, reference, prm, cfg: OnlineDPOConfig):
+        self.policy, self.reference, self.prm, self.cfg = policy, reference, prm, cfg
+
+    def __call__(self, model, states: Sequence) -> tuple[torch.Tensor, dict]:
+        cfg, tok = self.cfg, self.policy.tokenizer
+        with torch.no_grad():
+            samples = self.policy.sample(states, [None] * len(states), cfg.samples_per_state)
+            flat = [(i, r) for i, replies in enumerate(samples) for r in dict.fromkeys(replies)]
+            q = self.prm.score([states[i] for i, _ in flat], [r for _, r in flat]).float()
+        pairs, margins = [], []
+        for i in range(len(states)):
+            idx = [k for k, (j, _) in enumerate(flat) if j == i]
+            best, worst = max(idx, key=lambda k: q[k]), min(idx, key=lambda k: q[k])
+            if q[best] - q[worst] > cfg.min_margin:
+                pairs.append((i, flat[best][1], flat[worst][1]))
+                margins.append(float(q[best] - q[worst]))
+        metrics = {"prm_mean": float(q.mean()), "pair_frac": len(pairs) / len(states),
+                   "prm_margin": sum(margins) / len(margins) if margins else 0.0}
+        if not pairs:
+            return sum(p.sum() for p in model.parameters()) * 0.0, {**metrics, "reward_acc": 0.0}
+        prompts = [prompt_ids(tok, states[i], self.policy.prompt_cfg) for i, _, _ in pairs]
+        prompts = prompts + prompts
+        replies = [reply_ids(tok, w) for _, w, _ in pairs] + [reply_ids(tok, l) for _, _, l in pairs]
+        pi = reply_logprobs(model, prompts, replies, tok.pad_token_id)
+        with torch.no_grad():
+            ref = reply_logprobs(self.reference, prompts, replies, tok.pad_token_id)
+        n = len(pairs)
+        losses = dpo_loss(pi[:n], pi[n:], ref[:n], ref[n:], cfg.beta)
+        reward_acc = float(((pi[:n] - ref[:n]) > (pi[n:] - ref[n:])).float().mean())
+        return losses.mean(), {**metrics, "reward_acc": reward_acc}
+
+
+def train_online_dpo(policy: LMAgent, prm, states: Sequence, cfg: OnlineDPOConfig, progress: bool = True,
+                     on_log=None) -> list[dict]:
+    """Update `policy`'s model in place; the reference is a frozen copy of it taken now (π_{i-1})."""
+    model = policy.backend.model
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    sampler = LMAgent(model, policy.tokenizer, policy.prompt_cfg, mode=policy.mode, temperature=cfg.temperature,
+                      seed=cfg.seed, name=policy.name)
+    loss = OnlineDPOLoss(sampler, reference, prm, cfg)
+    return train(model, list(states), loss, cfg.train_config(len(states)), description="online-dpo",
+                 progress=progress, on_log=on_log)

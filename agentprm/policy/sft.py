@@ -1,0 +1,152 @@
+"""Supervised fine-tuning of a policy on demonstrations (the paper's π0).
+
+    metrics = train_sft("demos.parquet", "runs/pi0", SFTConfig(model="tiny", epochs=3))
+    agent = LMAgent.load("runs/pi0")
+
+Every (state, reply) pair of the demos (rebuilt with `replay.episode_states`) becomes one example: the prompt ids
+and the reply ids from `agent.encoding`, with the loss on the reply tokens (and the closing EOS) only. The output
+is an ordinary Hugging Face folder (model.safetensors, tokenizer, config) plus agentprm.json holding the
+PromptConfig and the SFT config/metrics, written to a temp folder and renamed into place.
+"""
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
+from agentprm.agent.replay import episode_states
+from agentprm.agent.scoring import right_pad
+from agentprm.data.trajectories import EpisodeRecord, StepRecord, iter_episodes, read_trajectories
+from agentprm.errors import UserError
+from agentprm.models import PRESETS, build_model, build_tokenizer, load_causal_lm, load_tokenizer
+from agentprm.models.tokenizer import MAX_INSTANCE_NUMBER
+from agentprm.train.core import TrainConfig, num_steps, train
+
+IGNORE = -100  # label of tokens without loss (prompt, padding)
+_NAME_RE = re.compile(r"\b([a-z]+) (\d+)\b")
+
+
+@dataclass
+class SFTConfig:
+    model: str = "tiny"            # a preset name (trained from scratch) or a local HF model folder (fine-tuned)
+    lr: float = 1e-3               # peak learning rate (from-scratch presets like high rates; use ~1e-5 for a real LM)
+    epochs: float = 3.0            # passes over the examples
+    batch_size: int = 16
+    time_budget_s: float = 0.0     # stop after this many seconds (0 = none); the schedule still assumes `epochs`
+    seed: int = 0                  # model init, example order, augmentation
+    prompt: PromptConfig = field(default_factory=PromptConfig)  # how states are rendered; saved with the model
+    won_only: bool = True          # train on successful demos only
+    renumber_copies: int = 0       # augmentation: extra copies of each episode with object/receptacle instance
+                                   # numbers permuted, so the model must read names instead of memorising them
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size,
+                           time_budget_s=self.time_budget_s, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class Example:
+    input_ids: list[int]
+    labels: list[int]
+
+
+def make_examples(tokenizer, episodes: Sequence[EpisodeRecord], cfg: PromptConfig) -> list[Example]:
+    examples = []
+    for episode in episodes:
+        for state, reply in episode_states(episode):
+            p, r = prompt_ids(tokenizer, state, cfg), reply_ids(tokenizer, reply)
+            examples.append(Example(p + r, [IGNORE] * len(p) + r))
+    return examples
+
+
+def sft_loss(model, batch: Sequence[Example]) -> tuple[torch.Tensor, dict]:
+    device = next(model.parameters()).device
+    ids, mask = right_pad([e.input_ids for e in batch], 0)  # any id: padding is masked and labelled IGNORE
+    labels, _ = right_pad([e.labels for e in batch], IGNORE)
+    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+    return out.loss, {}
+
+
+def renumbered(episode: EpisodeRecord, rng: random.Random, copy: int) -> EpisodeRecord:
+    """The episode with every "<type> <n>" name renamed by a random injective map per type (same map for the
+    whole episode, so the text stays consistent)."""
+    names = {m.groups() for s in episode.steps for text in (s.observation, s.action, *s.admissible)
+             for m in _NAME_RE.finditer(text)}
+    mapping: dict[tuple[str, str], str] = {}
+    for kind in sorted({k for k, _ in names}):
+        numbers = sorted({n for k, n in names if k == kind}, key=int)
+        fresh = rng.sample(range(1, MAX_INSTANCE_NUMBER + 1), len(numbers))  # sorted below: order is kept
+        mapping.update({(kind, n): f"{kind} {f}" for n, f in zip(numbers, sorted(fresh))})
+
+    def rename(text: str) -> str:
+        return _NAME_RE.sub(lambda m: mapping.get(m.groups(), m.group(0)), text)
+
+    steps = [StepRecord(s.turn, rename(s.observation), tuple(map(rename, s.admissible)), rename(s.action),
+                        s.reward, s.done, s.won, s.admissible_action) for s in episode.steps]
+    return EpisodeRecord(f"{episode.episode_id}-r{copy}", episode.task_id, episode.task_type, episode.task,
+                         episode.policy, episode.seed, steps, episode.error)
+
+
+def load_demos(demos_path: str | Path, cfg: SFTConfig) -> list[EpisodeRecord]:
+    episodes = [e for e in iter_episodes(read_trajectories(demos_path))
+                if not e.error and e.steps and (e.won or not cfg.won_only)]
+    if not episodes:
+        raise UserError(f"{demos_path}: no usable demonstrations" + (" (none won)" if cfg.won_only else ""))
+    rng = random.Random(cfg.seed)
+    return episodes + [renumbered(e, rng, k) for k in range(cfg.renumber_copies) for e in episodes]
+
+
+def init_model(cfg: SFTConfig):
+    if cfg.model in PRESETS:
+        tokenizer = build_tokenizer()
+        return build_model(cfg.model, tokenizer, seed=cfg.seed), tokenizer
+    return load_causal_lm(cfg.model), load_tokenizer(cfg.model)
+
+
+def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, progress: bool = True) -> dict:
+    """Train on the demos and save the policy folder; returns the metrics (loss curve, steps, seconds, ...)."""
+    start = time.monotonic()
+    episodes = load_demos(demos_path, cfg)
+    model, tokenizer = init_model(cfg)
+    examples = make_examples(tokenizer, episodes, cfg.prompt)
+    train_cfg = cfg.train_config()
+    train_cfg.log_every = max(1, num_steps(len(examples), train_cfg) // 50)  # ~50 points on the loss curve
+    prep_s = time.monotonic() - start
+    curve = train(model, examples, sft_loss, train_cfg, description="sft", progress=progress)
+    metrics = {"examples": len(examples), "episodes": len(episodes), "steps": curve[-1]["step"],
+               "planned_steps": num_steps(len(examples), train_cfg), "train_seconds": curve[-1]["seconds"],
+               "prep_seconds": round(prep_s, 2), "final_loss": curve[-1]["loss"],
+               "params": sum(p.numel() for p in model.parameters()), "loss_curve": curve}
+    save_policy(model, tokenizer, out_dir, cfg.prompt, sft={"config": asdict(cfg), "metrics": metrics})
+    metrics["seconds"] = round(time.monotonic() - start, 2)
+    return metrics
+
+
+def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, **extra) -> Path:
+    """Write model + tokenizer + agentprm.json to a temp folder next to `out_dir`, then swap it into place."""
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        prompt.save(tmp, **extra)
+        if out.exists():   # a directory rename cannot overwrite: move the old one aside first
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            out.rename(old / out.name)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out

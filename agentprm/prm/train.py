@@ -1,0 +1,151 @@
+"""Stage-2 training: fit a `ProcessRewardModel` to Q-targets with a registered loss through the shared training core.
+
+    metrics = train_prm("q.parquet", "runs/sft", "soft-bce", "runs/prm", TrainConfig(epochs=2))
+
+States are rebuilt from the rollouts recorded in the targets file (each target's (episode_id, turn) reference) and
+checked against the target's state key. Tasks, not rows, are split into train and held-out, so no game's states
+leak across the split. Metrics (see `agentprm.prm.metrics`) are reported before and after training, on both halves.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow.compute as pc
+import torch
+
+from agentprm.agent.encoding import prompt_ids, reply_ids
+from agentprm.agent.replay import episode_states
+from agentprm.agent.state import AgentState
+from agentprm.data.trajectories import iter_episodes, read_trajectories
+from agentprm.errors import UserError
+from agentprm.prm.losses import PrmLoss, get_prm_loss
+from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
+from agentprm.prm.model import ProcessRewardModel
+from agentprm.targets.mc import TargetsFile, read_targets
+from agentprm.targets.pairs import pair_indices
+from agentprm.train.core import TrainConfig, train
+
+
+@dataclass
+class PrmDataConfig:
+    heldout_frac: float = 0.2    # share of tasks held out for evaluation
+    delta: float = 0.0           # pairs (Bradley-Terry, pairwise accuracy): Q̂ gap must exceed this
+    rollouts: str | None = None  # where the targets' states are; default: the path recorded in the targets file
+    eval_batch_size: int = 32
+
+
+def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np.ndarray:
+    """Boolean mask of held-out rows: a seeded share of the distinct tasks (at least one when there are two or
+    more tasks and heldout_frac > 0; never all of them)."""
+    tasks = sorted(set(task_ids))
+    random.Random(seed).shuffle(tasks)
+    n_held = round(heldout_frac * len(tasks))
+    if heldout_frac > 0 and len(tasks) >= 2:
+        n_held = min(max(n_held, 1), len(tasks) - 1)
+    held = set(tasks[:n_held])
+    return np.array([t in held for t in task_ids], dtype=bool)
+
+
+def load_states(targets: TargetsFile, rollouts: str | Path | None = None) -> list[AgentState]:
+    """The state of every target row, replayed from its (episode_id, turn) reference in the rollouts."""
+    rollouts = rollouts or targets.info.get("rollouts")
+    if not rollouts:
+        raise UserError(f"{targets.path}: no 'rollouts' path in its metadata; pass the rollouts explicitly")
+    refs = list(zip(targets.table["episode_id"].to_pylist(), targets.table["turn"].to_pylist()))
+    wanted = set(refs)
+    table = read_trajectories(rollouts)
+    table = table.filter(pc.is_in(table["episode_id"], value_set=targets.table["episode_id"].unique()))
+    found: dict[tuple[str, int], AgentState] = {}
+    for episode in iter_episodes(table):
+        for turn, (state, _) in enumerate(episode_states(episode)):
+            if (episode.episode_id, turn) in wanted:
+                found[(episode.episode_id, turn)] = state
+    states = []
+    for ref, key in zip(refs, targets.table["state_key"].to_pylist()):
+        state = found.get(ref)
+        if state is None or state.key() != key:
+            problem = "is missing" if state is None else "has another history"
+            raise UserError(f"{rollouts}: episode {ref[0]!r} turn {ref[1]} {problem} (targets {targets.path} "
+                            "were made from other rollouts?)")
+        states.append(state)
+    return states
+
+
+def evaluate(prm: ProcessRewardModel, seqs: Sequence[Sequence[int]], q: Sequence[float], state_keys: Sequence[str],
+             delta: float, batch_size: int) -> dict[str, Any]:
+    pred = prm.score_ids(seqs, batch_size).tolist()
+    accuracy, n_pairs = pairwise_accuracy(pred, q, state_keys, delta)
+    return {"n": len(q), "bce": bce(pred, q), "spearman": spearman(pred, q), "pairwise_accuracy": accuracy,
+            "pairs": n_pairs}
+
+
+def make_loss_fn(loss: PrmLoss) -> Callable:
+    """loss_fn(model, batch) for the training core; a batch holds (seq, q) points or (chosen, rejected) pairs."""
+    if loss.pairwise:
+        def pairwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
+            logits = model.logits_of([c for c, _ in batch] + [r for _, r in batch])
+            chosen, rejected = logits[:len(batch)], logits[len(batch):]
+            return loss.fn(chosen, rejected), {"pair_acc": float((chosen > rejected).float().mean())}
+        return pairwise
+
+    def pointwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = model.logits_of([s for s, _ in batch])
+        return loss.fn(logits, torch.tensor([q for _, q in batch], dtype=logits.dtype, device=logits.device)), {}
+    return pointwise
+
+
+def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: str | Path,
+              cfg: TrainConfig | None = None, data: PrmDataConfig | None = None,
+              progress: bool = False) -> dict[str, Any]:
+    """Train, evaluate, save the PRM to `out_dir` atomically; returns the metrics (also stored in agentprm.json)."""
+    cfg, data, start = cfg or TrainConfig(), data or PrmDataConfig(), time.monotonic()
+    prm_loss = get_prm_loss(loss)
+    if not 0.0 <= data.heldout_frac < 1.0:
+        raise UserError(f"--heldout-frac {data.heldout_frac}: must be in [0, 1)")
+    targets = read_targets(targets_path)
+    if targets.table.num_rows == 0:
+        raise UserError(f"{targets_path}: no targets")
+    states = load_states(targets, data.rollouts)
+    prm = ProcessRewardModel.init(init, seed=cfg.seed)
+
+    prompts: dict[str, list[int]] = {}
+    for state in states:
+        if state.key() not in prompts:
+            prompts[state.key()] = prompt_ids(prm.tokenizer, state, prm.prompt)
+    actions, q = targets.table["action"].to_pylist(), targets.table["q"].to_pylist()
+    keys, tasks = targets.table["state_key"].to_pylist(), targets.table["task_id"].to_pylist()
+    seqs = [prompts[k] + reply_ids(prm.tokenizer, a) for k, a in zip(keys, actions)]
+
+    held = split_by_task(tasks, data.heldout_frac, cfg.seed)
+    halves = {name: np.flatnonzero(mask) for name, mask in (("train", ~held), ("heldout", held))}
+    train_rows = halves["train"]
+    if prm_loss.pairwise:
+        pairs = pair_indices([keys[i] for i in train_rows], [q[i] for i in train_rows], data.delta)
+        examples = [(seqs[train_rows[i]], seqs[train_rows[j]]) for i, j in pairs]
+    else:
+        examples = [(seqs[i], q[i]) for i in train_rows]
+    if not examples:
+        raise UserError(f"{targets_path}: no training examples for loss {loss!r} "
+                        f"({'no two actions at a state differ by more than delta' if prm_loss.pairwise else 'empty'})")
+
+    def evaluate_all() -> dict[str, Any]:
+        return {name: evaluate(prm, [seqs[i] for i in rows], [q[i] for i in rows], [keys[i] for i in rows],
+                               data.delta, data.eval_batch_size) for name, rows in halves.items() if len(rows)}
+
+    initial = evaluate_all()
+    history = train(prm, examples, make_loss_fn(prm_loss), cfg, description=f"PRM {loss}", progress=progress)
+    metrics = {"loss": loss, "init": str(init), "targets": str(targets_path), "rollouts": data.rollouts or
+               targets.info.get("rollouts"), "gamma": targets.info.get("gamma"), "examples": len(examples),
+               "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()},
+               "initial": initial, "final": evaluate_all(), "history": history,
+               "train_config": cfg.to_dict(), "data_config": asdict(data)}
+    metrics["seconds"] = round(time.monotonic() - start, 2)
+    prm.save(out_dir, loss=loss, targets=str(Path(targets_path).resolve()), gamma=targets.info.get("gamma"),
+             metrics=metrics["final"])
+    return metrics
+

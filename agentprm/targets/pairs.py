@@ -1,0 +1,73 @@
+"""Preference pairs for relative PRM losses: two actions at the same state whose Q̂ differ by more than δ.
+
+Pairs file (Parquet, one row per ordered pair, grouped by state in order of first visit):
+
+    column       type     meaning
+    state_key    string   the shared state (AgentState.key())
+    chosen       string   the reply with the higher Q̂
+    rejected     string   the reply with the lower Q̂
+    q_chosen     float64
+    q_rejected   float64  q_chosen − q_rejected > δ
+    task_id      string
+    task_type    string
+    episode_id   string   a visit to the state: the episode ...
+    turn         int32    ... and turn (rebuild it with `agentprm.agent.replay.episode_states`)
+
+Schema metadata `agentprm` (JSON): the targets file's metadata (rollouts, gamma, ...) plus kind "pairs", the
+targets path and delta.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+
+from agentprm.errors import UserError
+from agentprm.targets.mc import TargetsFile, read_checked
+
+PAIRS_SCHEMA = pa.schema([
+    ("state_key", pa.string()),
+    ("chosen", pa.string()),
+    ("rejected", pa.string()),
+    ("q_chosen", pa.float64()),
+    ("q_rejected", pa.float64()),
+    ("task_id", pa.string()),
+    ("task_type", pa.string()),
+    ("episode_id", pa.string()),
+    ("turn", pa.int32()),
+])
+
+
+def pair_indices(state_keys: list[str], q: list[float], delta: float) -> list[tuple[int, int]]:
+    """(chosen row, rejected row) for every two rows with the same state key and q[chosen] − q[rejected] > δ."""
+    if delta < 0:
+        raise UserError(f"--delta {delta}: must be >= 0")
+    rows_of: dict[str, list[int]] = defaultdict(list)
+    for i, key in enumerate(state_keys):
+        rows_of[key].append(i)
+    return [(i, j) for rows in rows_of.values() if len(rows) > 1
+            for i in rows for j in rows if q[i] - q[j] > delta]
+
+
+def make_pairs(targets: pa.Table, delta: float) -> pa.Table:
+    """All pairs of a targets table (see the module doc)."""
+    pairs = pair_indices(targets["state_key"].to_pylist(), targets["q"].to_pylist(), delta)
+    chosen = pa.array([i for i, _ in pairs], pa.int64())
+    rejected = pa.array([j for _, j in pairs], pa.int64())
+    return pa.table({
+        "state_key": targets["state_key"].take(chosen),
+        "chosen": targets["action"].take(chosen),
+        "rejected": targets["action"].take(rejected),
+        "q_chosen": targets["q"].take(chosen),
+        "q_rejected": targets["q"].take(rejected),
+        **{name: targets[name].take(chosen) for name in ("task_id", "task_type", "episode_id", "turn")},
+    }, schema=PAIRS_SCHEMA)
+
+
+def pairs_info(targets: TargetsFile, delta: float) -> dict:
+    return {**targets.info, "kind": "pairs", "targets": str(Path(targets.path).resolve()), "delta": delta}
+
+
+def read_pairs(path: str | Path) -> TargetsFile:
+    return read_checked(path, PAIRS_SCHEMA, "pairs")

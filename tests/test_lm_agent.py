@@ -1,0 +1,124 @@
+"""LMAgent on a tiny untrained model: batching does not change greedy actions, choose mode stays admissible,
+sampling is seeded, cached generation matches plain greedy decoding, policy folders load."""
+import pytest
+import torch
+
+from agentprm.agent.encoding import PromptConfig, prompt_ids
+from agentprm.agent.lm import HFBackend, LMAgent
+from agentprm.agent.policies import ExpertAgent
+from agentprm.agent.replay import episode_states
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.envs.base import Turn
+from agentprm.errors import UserError
+from agentprm.models import build_model, build_tokenizer
+from agentprm.rollout.engine import episode_jobs, run_episodes
+
+torch.set_num_threads(1)
+MODES = ("choose", "generate")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return build_model("tiny", tok, seed=0).eval()
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory, model, tok):
+    folder = tmp_path_factory.mktemp("policy")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    PromptConfig(history_turns=1).save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tasks(generated_tasks):
+    return load_tasks(generated_tasks.train)[:3]
+
+
+@pytest.fixture(scope="module")
+def states_turns(tasks):
+    """Varied states: the first 4 expert steps of 3 games."""
+    episodes = run_episodes(episode_jobs(tasks, 1, 0, 4, "t"), ExpertAgent(), num_envs=3, num_workers=1,
+                            progress=False)
+    pairs = [(s, Turn(s.task, s.observation, s.admissible)) for e in episodes for s, _ in episode_states(e)]
+    return [s for s, _ in pairs], [t for _, t in pairs]
+
+
+def agent(model, tok, **kw) -> LMAgent:
+    return LMAgent(model, tok, PromptConfig(), max_new_tokens=8, **kw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batched_act_equals_one_at_a_time(model, tok, states_turns, mode):
+    states, turns = states_turns
+    a = agent(model, tok, mode=mode)
+    assert a.act(states, turns) == [a.act([s], [t])[0] for s, t in zip(states, turns)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batched_rollouts_equal_one_env_at_a_time(policy_dir, tasks, mode):
+    play = lambda num_envs: run_episodes(episode_jobs(tasks, 1, 0, 3, "t"), LMAgent.load(policy_dir, mode=mode,
+                                         max_new_tokens=8), num_envs=num_envs, num_workers=1, progress=False)
+    batched, single = play(3), play(1)
+    assert [[s.action for s in e.steps] for e in batched] == [[s.action for s in e.steps] for e in single]
+    assert all(len(e.steps) == 3 for e in batched)
+
+
+def test_choose_mode_picks_admissible_commands(model, tok, states_turns):
+    states, turns = states_turns
+    for temperature in (0.0, 1.0):
+        for state, replies in zip(states, agent(model, tok, temperature=temperature).sample(states, turns, 5)):
+            assert set(replies) <= set(state.admissible)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sampling_is_seeded_and_gives_n_per_state(model, tok, states_turns, mode):
+    states, turns = states_turns
+    draw = lambda seed: agent(model, tok, mode=mode, temperature=1.0, seed=seed).sample(states, turns, 4)
+    first = draw(3)
+    assert first == draw(3)
+    assert first != draw(4)
+    assert len(first) == len(states) and all(len(r) == 4 for r in first)
+    assert any(len(set(r)) > 1 for r in first)  # the N samples of a state differ
+
+
+def test_greedy_at_temperature_zero_repeats_one_reply(model, tok, states_turns):
+    states, turns = states_turns
+    for replies in agent(model, tok).sample(states[:3], turns[:3], 3):
+        assert len(set(replies)) == 1
+
+
+def test_cached_batched_generation_equals_plain_greedy_decoding(model, tok, states_turns):
+    prompts = [prompt_ids(tok, s, PromptConfig()) for s in states_turns[0][:4]]
+    backend = HFBackend(model, tok.pad_token_id, tok.eos_token_id)
+    got = backend.generate(prompts, 1, 0.0, 6, seed=0)
+    for prompt, (completion,) in zip(prompts, got):
+        ids = list(prompt)
+        with torch.no_grad():
+            for _ in range(6):   # no cache, no padding: the reference
+                nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+                ids.append(nxt)
+                if nxt == tok.eos_token_id:
+                    break
+        assert completion == ids[len(prompt):]
+
+
+def test_load_reads_prompt_config_and_overrides(policy_dir, states_turns):
+    a = LMAgent.load(policy_dir, mode="generate", temperature=0.5, name="pi0")
+    assert (a.prompt_cfg.history_turns, a.mode, a.temperature, a.name) == (1, "generate", 0.5, "pi0")
+    assert LMAgent.load(policy_dir).name == policy_dir.name
+    states, turns = states_turns
+    assert len(a.act(states[:2], turns[:2])) == 2
+
+
+def test_bad_mode_or_temperature_is_a_user_error(model, tok):
+    with pytest.raises(UserError, match="mode"):
+        agent(model, tok, mode="beam")
+    with pytest.raises(UserError, match="temperature"):
+        agent(model, tok, temperature=-1)
