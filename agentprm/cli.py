@@ -22,9 +22,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_libraries() -> None:
+    """Our own progress bars and tables are the output; transformers' per-load bars and reports are noise."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> int:
     # Parse before anything imports fast_downward: its pddl2sas overwrites sys.argv.
     args = build_parser().parse_args(argv)
+    _quiet_libraries()
     try:
         return int(args.func(args) or 0)
     except UserError as e:

@@ -14,7 +14,8 @@ from agentprm.cli import main
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.errors import UserError
 from agentprm.models import build_model, build_tokenizer
-from agentprm.prm import PRM_LOSSES, ProcessRewardModel, get_prm_loss, register_prm_loss, split_by_task, train_prm
+from agentprm.prm import (PRM_LOSSES, PrmDataConfig, ProcessRewardModel, get_prm_loss, register_prm_loss,
+                          split_by_task, train_prm)
 from agentprm.prm.losses import bradley_terry, soft_bce
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
 from agentprm.targets.mc import targets_from_rollouts, write_with_info
@@ -176,3 +177,8 @@ def test_bad_targets_give_one_line_errors(targets_file, tmp_path, capsys):
     with pytest.raises(UserError, match="has another history"):
         train_prm(other, "tiny", "soft-bce", tmp_path / "prm")
     assert not (tmp_path / "prm").exists()
+
+
+def test_bradley_terry_without_pairs_is_a_user_error(targets_file, tmp_path):
+    with pytest.raises(UserError, match="no pairs for loss 'bradley-terry'"):
+        train_prm(targets_file, "tiny", "bradley-terry", tmp_path / "prm", data=PrmDataConfig(delta=0.9))

@@ -1,8 +1,10 @@
 """Stage-1 Q-targets and pairs: convergence to exact Q^π on a hand-built MDP, γ counted from the turn, prefix
 sharing, state keys equal to AgentState.key(), pairs respect δ, CLI round trip and one-line errors."""
+import importlib.util
 import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -110,7 +112,8 @@ def test_state_keys_equal_agent_state_keys():
     replies = [format_reply("go to drawer 1", "the apple may be there"), "take apple 1 from drawer 1.", "look"]
     steps = [(START, replies[0], 0.0), (S1, replies[1], 0.0), ("You pick up the apple 1 from the drawer 1.",
                                                                  replies[2], 1.0)]
-    episodes = [episode("x", steps), episode("y", steps[:2], task_id="t1")]
+    odd = [(START + '\n"Quoted" café \\ ☕', "say \"hi\" ☕", 0.0), ("tab\there", "look", 1.0)]  # JSON escapes
+    episodes = [episode("x", steps), episode("y", steps[:2], task_id="t1"), episode("z", odd, task_id="t-é")]
     expected = [state.key() for e in episodes for state, _ in episode_states(e)]
     assert state_keys(as_table(episodes)) == expected
 
@@ -123,6 +126,14 @@ def test_failed_episodes_are_dropped():
                                             pa.array(["", "", "worker crashed"]))
     targets = mc_targets(drop_failed_episodes(marked_last_row_only), 1.0)
     assert targets.to_pylist()[0]["q"] == 1.0 and targets["visits"].to_pylist() == [1]
+
+
+def test_the_same_shard_twice_is_an_error(tmp_path, capsys):
+    episodes = sample_episodes(5, seed=0)
+    for name in ("part-00000.parquet", "part-00001.parquet"):
+        write_episodes_file(tmp_path / "rollouts" / name, episodes)
+    assert main(["targets", "mc", "--rollouts", str(tmp_path / "rollouts"), "--out", str(tmp_path / "q.parquet")]) == 2
+    assert "rows duplicated or missing" in capsys.readouterr().err
 
 
 def test_pairs_respect_delta_and_stay_within_a_state():
@@ -162,3 +173,13 @@ def test_bad_targets_file_gives_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "missing column 'q'" in err
     assert main(["targets", "mc", "--rollouts", str(tmp_path / "nope"), "--out", str(tmp_path / "q.parquet")]) == 2
+
+
+def test_throughput_bench_agrees_with_the_naive_implementation(tmp_path):
+    spec = importlib.util.spec_from_file_location("targets_throughput",
+                                                  Path(__file__).parents[1] / "bench" / "targets_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--episodes", "60", "--tasks", "4", "--max-steps", "12", "--repeat", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["identical"] is True

@@ -129,9 +129,9 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         examples = [(seqs[train_rows[i]], seqs[train_rows[j]]) for i, j in pairs]
     else:
         examples = [(seqs[i], q[i]) for i in train_rows]
-    if not examples:
-        raise UserError(f"{targets_path}: no training examples for loss {loss!r} "
-                        f"({'no two actions at a state differ by more than delta' if prm_loss.pairwise else 'empty'})")
+    if not examples:  # only pairs can be missing: the split never holds out every task
+        raise UserError(f"{targets_path}: no pairs for loss {loss!r}: no two actions at a training state have "
+                        f"Q-targets more than delta={data.delta} apart")
 
     def evaluate_all() -> dict[str, Any]:
         return {name: evaluate(prm, [seqs[i] for i in rows], [q[i] for i in rows], [keys[i] for i in rows],

@@ -1,0 +1,92 @@
+"""The AgentPRM loop end to end at miniature size (killed with SIGKILL mid-run, then --resume), and config errors."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentprm.cli import main
+from agentprm.data.trajectories import iter_episodes, read_trajectories
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.models import build_model, build_tokenizer
+    from agentprm.policy.sft import save_policy
+
+    tok = build_tokenizer()
+    return save_policy(build_model("tiny", tok, seed=0), tok, tmp_path_factory.mktemp("pi") / "pi0", PromptConfig())
+
+
+def mini_config(tmp_path: Path, generated_tasks, tiny_policy, **over) -> Path:
+    cfg = {"seed": 0, "iterations": 1,
+           "tasks": {"train_dir": str(generated_tasks.train), "eval_dir": str(generated_tasks.eval)},
+           "policy0": {"path": str(tiny_policy)},
+           "rollout": {"per_task": 2, "max_steps": 4, "num_envs": 4, "workers": 2},
+           "prm": {"epochs": 1}, "policy": {"steps": 2, "batch_size": 4},
+           "eval": {"max_steps": 4, "best_of_n": [2]}, **over}
+    path = tmp_path / "mini.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_mini_loop_killed_then_resumed_end_to_end(tmp_path, generated_tasks, tiny_policy):
+    cfg, run = mini_config(tmp_path, generated_tasks, tiny_policy), tmp_path / "run"
+    cmd = [sys.executable, "-m", "agentprm.cli", "loop", "--config", str(cfg), "--run-dir", str(run)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    marker = run / ".stages" / "iter_1__rollouts.done"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "the rollout stage never completed"
+    time.sleep(1.0)  # now inside targets/PRM
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    shards_before = {p.name: p.stat().st_mtime_ns for p in (run / "iter_1" / "rollouts").iterdir()}
+    assert not (run / "results.json").exists()
+
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run), "--resume"]) == 0
+    shards_after = {p.name: p.stat().st_mtime_ns for p in (run / "iter_1" / "rollouts").iterdir()}
+    assert shards_after == shards_before            # completed stage not redone
+    episodes = list(iter_episodes(read_trajectories(run / "iter_1" / "rollouts")))
+    assert len(episodes) == 12 and len({e.episode_id for e in episodes}) == 12
+    assert not list(run.rglob("*.partial*"))
+    check_run(run, tiny_policy)
+    # a second start without --resume must refuse, losing nothing
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 2
+
+
+def check_run(run: Path, tiny_policy: Path) -> None:
+    results = json.loads((run / "results.json").read_text())
+    rows = results["rows"]
+    assert [(r["policy"], r["iteration"], r["best_of_n"]) for r in rows] == [("pi0", 0, 1), ("pi1", 1, 1),
+                                                                             ("pi1", 1, 2)]
+    for r in rows:
+        assert r["episodes"] == 6 and r["ci95"][0] <= r["success_rate"] <= r["ci95"][1]
+    assert results["wall_seconds"] > 0 and results["config"]["rollout"]["per_task"] == 2
+    for png in ("success_vs_iteration", "best_of_n", "prm_score_vs_success"):
+        assert (run / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| pi1 | 1 | 2 |" in (run / "report.md").read_text()
+    assert yaml.safe_load((run / "config.yaml").read_text())["policy0"]["path"] == str(tiny_policy)
+    policy_meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())
+    assert policy_meta["online_dpo"]["reference"].endswith("policy_0")
+
+
+def test_config_errors_name_the_field(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prm: {lr: fast}\n")
+    assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "prm.lr" in capsys.readouterr().err
+    bad.write_text("rollout: {per_tasks: 3}\n")
+    assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "rollout.per_tasks" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

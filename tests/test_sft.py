@@ -1,0 +1,97 @@
+"""SFT: reply-only loss mask, loss goes down on a few demos, the saved folder is a plain HF folder that
+LMAgent.load and AutoModelForCausalLM read, and saving replaces an old folder without leftovers."""
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, reply_ids
+from agentprm.agent.lm import LMAgent
+from agentprm.agent.policies import ExpertAgent
+from agentprm.agent.replay import episode_states
+from agentprm.data.trajectories import write_episodes_file
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.errors import UserError
+from agentprm.models import build_tokenizer
+from agentprm.policy.sft import IGNORE, SFTConfig, load_demos, make_examples, renumbered, train_sft
+from agentprm.rollout.engine import episode_jobs, run_episodes
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def demos(generated_tasks, tmp_path_factory):
+    tasks = load_tasks(generated_tasks.train)[:3]
+    episodes = run_episodes(episode_jobs(tasks, 1, 0, 200, "expert"), ExpertAgent(), num_envs=3, num_workers=1,
+                            progress=False)
+    assert all(e.won for e in episodes)
+    return write_episodes_file(tmp_path_factory.mktemp("demos") / "demos.parquet", episodes)
+
+
+@pytest.fixture(scope="module")
+def trained(demos, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft") / "pi0"
+    cfg = SFTConfig(epochs=3, batch_size=8, lr=3e-3, prompt=PromptConfig(history_turns=1))
+    return out, cfg, train_sft(demos, out, cfg, progress=False)
+
+
+def test_loss_is_on_reply_tokens_only(demos):
+    tok, cfg = build_tokenizer(), PromptConfig()
+    episodes = load_demos(demos, SFTConfig())
+    examples = make_examples(tok, episodes[:1], cfg)
+    pairs = list(episode_states(episodes[0]))
+    assert len(examples) == len(pairs)
+    for ex, (state, reply) in zip(examples, pairs):
+        p, r = prompt_ids(tok, state, cfg), reply_ids(tok, reply)
+        assert ex.input_ids == p + r
+        assert ex.labels == [IGNORE] * len(p) + r
+        assert tok.decode([t for t in ex.labels if t != IGNORE], skip_special_tokens=True) == reply
+        assert r[-1] == tok.eos_token_id
+
+
+def test_loss_decreases(trained):
+    _, _, metrics = trained
+    curve = [row["loss"] for row in metrics["loss_curve"]]
+    assert curve[-1] < 0.8 * curve[0]
+    assert metrics["steps"] == metrics["planned_steps"] == metrics["loss_curve"][-1]["step"]
+    assert metrics["examples"] > 0 and metrics["train_seconds"] > 0
+
+
+def test_saved_folder_is_plain_hf_and_loads_as_agent(trained):
+    out, cfg, _ = trained
+    assert (out / "model.safetensors").exists()
+    model, tok = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    assert tok("open drawer 1")["input_ids"] == build_tokenizer()("open drawer 1")["input_ids"]
+    assert model.config.vocab_size == len(tok)
+    saved = json.loads((out / CONFIG_FILE).read_text())
+    assert saved["sft"]["metrics"]["examples"] > 0
+    agent = LMAgent.load(out)
+    assert agent.prompt_cfg == cfg.prompt
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp folders left behind
+
+
+def test_saving_again_replaces_the_folder(demos, trained):
+    out, cfg, _ = trained
+    (out / "stale.txt").write_text("old")
+    train_sft(demos, out, SFTConfig(epochs=0.1, batch_size=8), progress=False)
+    assert not (out / "stale.txt").exists() and (out / "model.safetensors").exists()
+    assert LMAgent.load(out).prompt_cfg == PromptConfig()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_renumbered_copies_stay_consistent(demos):
+    import random
+
+    episode = load_demos(demos, SFTConfig())[0]
+    copy = renumbered(episode, random.Random(0), 0)
+    assert [s.action for s in copy.steps] != [s.action for s in episode.steps]
+    for step in copy.steps:
+        assert step.action in step.admissible
+    assert len(load_demos(demos, SFTConfig(renumber_copies=2))) == 3 * len(load_demos(demos, SFTConfig()))
+
+
+def test_no_usable_demos_is_a_user_error(tmp_path):
+    empty = write_episodes_file(tmp_path / "none.parquet", [])
+    with pytest.raises(UserError, match="no usable demonstrations"):
+        train_sft(empty, tmp_path / "out", SFTConfig())
