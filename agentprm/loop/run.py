@@ -1,4 +1,5 @@
-"""The AgentPRM loop (arXiv 2502.10325, Alg. 1), stage by stage, each stage resumable (see stages.py):
+"""The training loop, stage by stage, each stage resumable (see stages.py). The iteration body comes from the
+algorithm registry (loop/algos/); for AgentPRM (arXiv 2502.10325, Alg. 1):
 
     tasks → π0 → eval(π0)
     for i in 1..iterations:
@@ -17,21 +18,16 @@ from pathlib import Path
 
 from agentprm.errors import UserError
 from agentprm.io import provenance, write_json, write_text
+from agentprm.loop.algos import get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config
 from agentprm.loop.stages import MARKERS, StageRunner
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
-ALGORITHMS = ("agentprm",)
-
-
-def _table_info(targets) -> tuple:
-    return targets.table, targets.info
 
 
 class Loop:
     def __init__(self, cfg: LoopConfig, run_dir: str | Path, resume: bool = False, progress: bool = True):
-        if cfg.algo not in ALGORITHMS:
-            raise UserError(f"config field 'algo': unknown algorithm {cfg.algo!r}; known: {', '.join(ALGORITHMS)}")
+        self.algorithm = get_algorithm(cfg.algo)
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         started = (self.run_dir / MARKERS).exists()
         if started and not resume:
@@ -107,49 +103,41 @@ class Loop:
                           "episodes": summary["episodes"], "by_type": summary["by_type"]})
         return summary
 
-    def iteration(self, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
+    def rollouts(self, i: int, prev: Path, train_tasks) -> Path:
+        """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task, as Parquet shards."""
         from agentprm.agent.lm import LMAgent
         from agentprm.data.trajectories import ShardWriter
         from agentprm.eval.run import play_tasks
-        from agentprm.prm.model import ProcessRewardModel
-        from agentprm.prm.train import train_prm
-        from agentprm.targets.mc import targets_from_rollouts, write_with_info
-        from agentprm.train.core import TrainConfig
 
-        c, seed = self.cfg, self.cfg.seed + i
-        it = f"iter_{i}"
+        c, seed = self.cfg.rollout, self.cfg.seed + i
 
-        def rollouts(out: Path) -> None:
-            agent = LMAgent.load(prev, mode=c.rollout.mode, temperature=c.rollout.temperature, seed=seed,
-                                 name=f"pi{i - 1}")
+        def build(out: Path) -> None:
+            agent = LMAgent.load(prev, mode=c.mode, temperature=c.temperature, seed=seed, name=f"pi{i - 1}")
             with ShardWriter(out) as writer:
-                play_tasks(agent, train_tasks, per_task=c.rollout.per_task, seed=seed, max_steps=c.rollout.max_steps,
-                           tag=f"rollout-{i}", num_envs=c.rollout.num_envs, workers=c.rollout.workers,
-                           writer=writer, progress=self.progress)
+                play_tasks(agent, train_tasks, per_task=c.per_task, seed=seed, max_steps=c.max_steps,
+                           tag=f"rollout-{i}", num_envs=c.num_envs, workers=c.workers, writer=writer,
+                           progress=self.progress)
 
-        roll = self.stages.run(f"{it}/rollouts", f"{it}/rollouts", rollouts)
-        targets = self.stages.run(f"{it}/targets", f"{it}/targets.parquet",
-                                  lambda out: write_with_info(out, *_table_info(targets_from_rollouts(roll, c.targets.gamma))))
-        init = prev if c.prm.init == "policy" else c.prm.init
-        prm_cfg = TrainConfig(lr=c.prm.lr, epochs=c.prm.epochs, batch_size=c.prm.batch_size, seed=seed)
-        prm_dir = self.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
-            targets, init, c.prm.loss, out, prm_cfg, progress=self.progress))
-        policy_dir = self.stages.run(f"{it}/policy", f"{it}/policy",
-                                     lambda out: self._update_policy(i, prev, prm_dir, roll, out, seed))
-        self.evaluate(f"pi{i}", lambda: LMAgent.load(policy_dir, mode=c.rollout.mode, seed=seed, name=f"pi{i}"),
-                      eval_tasks, i)
-        for n in c.eval.best_of_n:
+        return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)
+
+    def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
+        """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` (when there is a PRM)."""
+        from agentprm.agent.lm import LMAgent
+        from agentprm.agent.policies import BestOfNAgent
+        from agentprm.prm.model import ProcessRewardModel
+
+        mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
+        self.evaluate(f"pi{i}", lambda: LMAgent.load(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
+        for n in self.cfg.eval.best_of_n if prm_dir is not None else ():
             def bon(n=n):
-                from agentprm.agent.policies import BestOfNAgent
-
-                gen = LMAgent.load(policy_dir, mode=c.rollout.mode, temperature=c.eval.bon_temperature, seed=seed,
+                gen = LMAgent.load(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
                                    name=f"pi{i}")
                 return BestOfNAgent(gen, ProcessRewardModel.load(prm_dir), n)
 
             self.evaluate(f"pi{i}_bon{n}", bon, eval_tasks, i, best_of_n=n)
-        return policy_dir
 
-    def _update_policy(self, i: int, prev: Path, prm_dir: Path, rollouts: Path, out: Path, seed: int) -> None:
+    def update_policy(self, i: int, prev: Path, prm_dir: Path, rollouts: Path, out: Path) -> None:
+        """Stage 3: online DPO of π_{i-1} against Q_i on the states of π_{i-1}'s rollouts; saves π_i."""
         from agentprm.agent.lm import LMAgent
         from agentprm.agent.replay import episode_states
         from agentprm.data.trajectories import iter_episodes, read_trajectories
@@ -157,7 +145,7 @@ class Loop:
         from agentprm.policy.sft import save_policy
         from agentprm.prm.model import ProcessRewardModel
 
-        c = self.cfg.policy
+        c, seed = self.cfg.policy, self.cfg.seed + i
         states = {}
         for episode in iter_episodes(read_trajectories(rollouts)):
             for state, _ in episode_states(episode):
@@ -180,7 +168,7 @@ class Loop:
         mode = self.cfg.rollout.mode
         self.evaluate("pi0", lambda: LMAgent.load(policy, mode=mode, seed=self.cfg.seed, name="pi0"), eval_tasks, 0)
         for i in range(1, self.cfg.iterations + 1):
-            policy = self.iteration(i, policy, train_tasks, eval_tasks)
+            policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())
             self.dpo_history[i] = meta.get("online_dpo", {}).get("history", [])
         results = {"rows": self.rows, "wall_seconds": round(time.monotonic() - start, 1),

@@ -1,0 +1,31 @@
+"""AgentPRM (arXiv 2502.10325, Alg. 1), one iteration:
+rollouts of π_{i-1} → MC Q-targets (γ from t) → PRM Q_i → online DPO π_i vs π_{i-1} → eval π_i and BoN(π_i, Q_i)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentprm.loop.algos import register_algorithm
+
+
+@register_algorithm("agentprm")
+def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
+    from agentprm.prm.train import train_prm
+    from agentprm.targets.mc import targets_from_rollouts, write_with_info
+    from agentprm.train.core import TrainConfig
+
+    c, seed, it = loop.cfg, loop.cfg.seed + i, f"iter_{i}"
+    rollouts = loop.rollouts(i, prev, train_tasks)
+
+    def targets(out: Path) -> None:
+        t = targets_from_rollouts(rollouts, c.targets.gamma)
+        write_with_info(out, t.table, t.info)
+
+    targets_path = loop.stages.run(f"{it}/targets", f"{it}/targets.parquet", targets)
+    init = prev if c.prm.init == "policy" else c.prm.init
+    prm_cfg = TrainConfig(lr=c.prm.lr, epochs=c.prm.epochs, batch_size=c.prm.batch_size, seed=seed)
+    prm = loop.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
+        targets_path, init, c.prm.loss, out, prm_cfg, progress=loop.progress))
+    policy = loop.stages.run(f"{it}/policy", f"{it}/policy",
+                             lambda out: loop.update_policy(i, prev, prm, rollouts, out))
+    loop.evaluate_iteration(i, policy, prm, eval_tasks)
+    return policy
