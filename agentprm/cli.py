@@ -14,7 +14,8 @@ COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "trai
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentprm", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="agentprm", description="Process reward models for multi-turn LLM agents "
+                                     "(AgentPRM, arXiv 2502.10325) on ALFWorld.")
     parser.add_argument("--version", action="version", version=f"agentprm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:

@@ -63,9 +63,9 @@ def test_batched_act_equals_one_at_a_time(model, tok, states_turns, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_batched_rollouts_equal_one_env_at_a_time(policy_dir, tasks, mode):
-    play = lambda num_envs: run_episodes(episode_jobs(tasks, 1, 0, 3, "t"), LMAgent.load(policy_dir, mode=mode,
+    play = lambda num_envs: run_episodes(episode_jobs(tasks[:2], 1, 0, 3, "t"), LMAgent.load(policy_dir, mode=mode,
                                          max_new_tokens=8), num_envs=num_envs, num_workers=1, progress=False)
-    batched, single = play(3), play(1)
+    batched, single = play(2), play(1)
     assert [[s.action for s in e.steps] for e in batched] == [[s.action for s in e.steps] for e in single]
     assert all(len(e.steps) == 3 for e in batched)
 

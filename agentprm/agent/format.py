@@ -61,6 +61,17 @@ def state_to_messages(state: AgentState, *, show_admissible: bool = False,
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
 
+def steered_messages(state: AgentState, *, history_turns: int = DEFAULT_HISTORY_TURNS) -> list[dict[str, str]]:
+    """Steered-exploration variant of the prompt (arXiv 2502.10325 §5): "Actions:" lists only the admissible
+    commands not tried in the remembered history (all of them when every one was tried), nudging the policy
+    towards actions it has not taken. It says so with the template's own field, not a new instruction sentence:
+    the word-level tokenizer's vocabulary is fixed by TEMPLATE_TEXT, and new words would change every model's ids."""
+    tried = {action for action, _ in state.recent}
+    untried = [a for a in state.admissible if a not in tried] or list(state.admissible)
+    system, user = state_to_messages(state, history_turns=history_turns)
+    return [system, {**user, "content": f"{user['content']}\nActions: {' | '.join(untried)}"}]
+
+
 def format_reply(action: str, reason: str | None = None) -> str:
     return f"{REASON_MARK} {reason}\n{ACTION_MARK} {action}" if reason else action
 

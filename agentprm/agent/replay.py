@@ -12,12 +12,12 @@ from agentprm.envs.base import Turn
 
 def episode_states(episode: EpisodeRecord) -> Iterator[tuple[AgentState, str]]:
     """(state before the step, reply) for every step of an episode, in order."""
-    state = None
+    state, prev = None, None
     for step in episode.steps:
         turn = Turn(task=episode.task, observation=step.observation, admissible=tuple(step.admissible))
-        if state is None:
+        if prev is None:
             state = AgentState.start(turn, episode.task_id)
-        else:
-            state = state.advance(command, turn)
+        else:  # the env received the parsed command, so the state advances by it
+            state = state.advance(parse_reply(prev.action)[1], turn)
         yield state, step.action
-        command = parse_reply(step.action)[1]
+        prev = step

@@ -7,7 +7,7 @@ from agentprm.errors import require
 
 
 def register(sub) -> None:
-    p = sub.add_parser("eval", help="success rate of a policy on tasks (Wilson 95% CI), overall and per task type")
+    p = sub.add_parser("eval", help="success rate of a policy on tasks (Wilson 95%% CI), overall and per task type")
     add_policy_args(p, baselines=True)
     p.add_argument("--episodes-per-task", dest="per_task", type=int, default=1, metavar="K",
                    help="episodes per task (default 1)")

@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 from agentprm.commands.common import add_common, write_summary
 from agentprm.errors import require
-
-BASELINES = ("expert", "random")
-
 
 def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None:
     """Flags that pick and decode a policy (shared by `rollout` and `eval`)."""
@@ -42,18 +38,12 @@ def make_agent(args: argparse.Namespace):
 
 
 def play(args: argparse.Namespace, agent, tag: str, writer=None) -> tuple[list, dict]:
-    """Every task `per_task` times; the episodes and their summary (with the wall time)."""
     from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.eval.summary import summarize
-    from agentprm.rollout.engine import episode_jobs, run_episodes
+    from agentprm.eval.run import play_tasks
 
-    start = time.monotonic()
-    jobs = episode_jobs(load_tasks(args.tasks), args.per_task, args.seed, args.max_steps, tag=tag)
-    episodes = run_episodes(jobs, agent, num_envs=args.num_envs, num_workers=args.workers, writer=writer,
-                            description=tag)
-    summary = summarize(episodes)
-    summary["seconds"] = round(time.monotonic() - start, 1)
-    return episodes, summary
+    return play_tasks(agent, load_tasks(args.tasks), per_task=args.per_task, seed=args.seed,
+                      max_steps=args.max_steps, tag=tag, num_envs=args.num_envs, workers=args.workers,
+                      writer=writer)
 
 
 def register(sub) -> None:

@@ -74,6 +74,33 @@ class EvalConfig:
 
 
 @dataclass
+class InversePrmConfig:
+    gamma: float = 1.0              # Δ = f(s,a) − γ f(s′,a′) (the paper's code: 1)
+    epochs: float = 2.0
+    lr: float = 5e-4
+    batch_size: int = 16
+    demos: str | None = None        # expert trajectories; None = the run's demos.parquet (π0's SFT data when
+                                    # policy0.retrain, else the expert played once per train task)
+
+
+@dataclass
+class ExplorationConfig:
+    reset_frac: float = 0.0         # share of stage-1 rollouts started on an expert trajectory (Reset-50-50: 0.5)
+    steer_frac: float = 0.0         # share of stage-3 generations with the steered prompt (the paper's code: 0.5)
+
+
+@dataclass
+class PolicyGradientConfig:
+    """algo: grpo | spro. Groups are the `rollout.per_task` episodes of π_{i-1} on each train task."""
+    spro_beta: float = 0.05         # SPRO process-reward β (the paper leaves it unreported); grpo always uses 0
+    clip: float = 0.2               # PPO clip range
+    entropy_coef: float = 0.001     # entropy bonus (SPRO: 0.001)
+    steps: int = 20
+    batch_groups: int = 2           # tasks (groups) per optimiser step
+    lr: float = 1e-4
+
+
+@dataclass
 class LoopConfig:
     algo: str = "agentprm"
     seed: int = 0
@@ -85,6 +112,9 @@ class LoopConfig:
     prm: PrmConfig = field(default_factory=PrmConfig)
     policy: PolicyUpdateConfig = field(default_factory=PolicyUpdateConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    policy_gradient: PolicyGradientConfig = field(default_factory=PolicyGradientConfig)
+    inverse_prm: InversePrmConfig = field(default_factory=InversePrmConfig)
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -62,32 +62,34 @@ def plot_best_of_n(rows: list[dict], path: Path) -> None:
     _save(fig, path)
 
 
-def plot_prm_vs_success(dpo_history: dict[int, list[dict]], rows: list[dict], path: Path) -> None:
+def plot_prm_vs_success(update_history: dict[int, list[dict]], rows: list[dict], path: Path) -> None:
+    """Mean PRM score of the policy's sampled replies over update steps (left axis; methods without a PRM have
+    none), and eval success at the end of each iteration (right axis), on one cumulative step axis."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    offset = 0
-    for i, hist in sorted(dpo_history.items()):
-        if not hist:
-            continue
-        ax.plot([offset + h["step"] for h in hist], [h["prm_mean"] for h in hist], label=f"PRM mean score, iter {i}")
-        offset += hist[-1]["step"]
-    ax.set(xlabel="policy-update step", ylabel="mean Q_i of sampled replies", ylim=(0, 1))
-    greedy = {r["iteration"]: r["success_rate"] for r in rows if r["best_of_n"] == 1}
+    ends, offset = {0: 0}, 0
+    for i, hist in sorted(update_history.items()):
+        scored = [h for h in hist if "prm_mean" in h]
+        if scored:
+            ax.plot([offset + h["step"] for h in scored], [h["prm_mean"] for h in scored], label=f"PRM score, iter {i}")
+        offset += hist[-1]["step"] if hist else 0
+        ends[i] = offset
+    greedy = sorted((r["iteration"], r["success_rate"]) for r in rows if r["best_of_n"] == 1)
     ax2 = ax.twinx()
-    steps = [0] + [sum(h[-1]["step"] for k, h in sorted(dpo_history.items()) if k <= i and h)
-                   for i in sorted(dpo_history)]
-    ax2.plot(steps[:len(greedy)], [greedy[i] for i in sorted(greedy)][:len(steps)], "k--o", label="success (eval)")
+    ax2.plot([ends.get(i, 0) for i, _ in greedy], [s for _, s in greedy], "k--o", label="eval success")
+    ax.set(xlabel="policy-update step (cumulative)", ylabel="mean Q_i of sampled replies", ylim=(0, 1))
     ax2.set(ylabel="eval success", ylim=(0, 1))
-    ax.legend(loc="upper left", fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=7)
     ax2.legend(loc="lower right", fontsize=7)
     ax.set_title("PRM score vs true success during policy updates", fontsize=9)
     _save(fig, path)
 
 
-def write_report(run_dir: Path, results: dict, dpo_history: dict[int, list[dict]]) -> None:
+def write_report(run_dir: Path, results: dict, update_history: dict[int, list[dict]]) -> None:
     rows, plots = results["rows"], run_dir / "plots"
     plot_success(rows, plots / "success_vs_iteration.png")
     plot_best_of_n(rows, plots / "best_of_n.png")
-    plot_prm_vs_success(dpo_history, rows, plots / "prm_score_vs_success.png")
+    plot_prm_vs_success(update_history, rows, plots / "prm_score_vs_success.png")
     cfg = results["config"]
     text = [f"# AgentPRM run ({cfg['algo']}, seed {cfg['seed']}, {cfg['iterations']} iteration(s))", "",
             results_table(rows), "",

@@ -41,7 +41,7 @@ class Loop:
         write_text(self.run_dir / "config.yaml", dump_config(cfg))
         self.stages = StageRunner(self.run_dir, resume)
         self.rows: list[dict] = []
-        self.dpo_history: dict[int, list[dict]] = {}
+        self.update_history: dict[int, list[dict]] = {}
 
     # ---------------------------------------------------------------- stages
     def tasks(self) -> tuple[list, list]:
@@ -170,12 +170,13 @@ class Loop:
         for i in range(1, self.cfg.iterations + 1):
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())
-            self.dpo_history[i] = meta.get("online_dpo", {}).get("history", [])
+            update = meta.get("online_dpo") or meta.get("policy_gradient") or {}
+            self.update_history[i] = update.get("history", [])
         results = {"rows": self.rows, "wall_seconds": round(time.monotonic() - start, 1),
                    "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),
                    "provenance": provenance(self.cfg.to_dict(), self.cfg.seed)}
         write_json(self.run_dir / "results.json", results)
         from agentprm.loop.report import write_report
 
-        write_report(self.run_dir, results, self.dpo_history)
+        write_report(self.run_dir, results, self.update_history)
         return results

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import random
 import re
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from agentprm.agent.replay import episode_states
 from agentprm.agent.scoring import right_pad
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, iter_episodes, read_trajectories
 from agentprm.errors import UserError
+from agentprm.io import atomic_dir
 from agentprm.models import PRESETS, build_model, build_tokenizer, load_causal_lm, load_tokenizer
 from agentprm.models.tokenizer import MAX_INSTANCE_NUMBER
 from agentprm.train.core import TrainConfig, num_steps, train
@@ -131,22 +130,9 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, progr
 
 
 def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, **extra) -> Path:
-    """Write model + tokenizer + agentprm.json to a temp folder next to `out_dir`, then swap it into place."""
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    """Write model + tokenizer + agentprm.json (`extra` goes into it) to a temp folder, then swap it into place."""
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         prompt.save(tmp, **extra)
-        if out.exists():   # a directory rename cannot overwrite: move the old one aside first
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            out.rename(old / out.name)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return out
+    return Path(out_dir)

@@ -15,9 +15,6 @@ scored. `agentprm.json` holds the PromptConfig (inherited from the init folder) 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -31,6 +28,7 @@ from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, reply
 from agentprm.agent.scoring import right_pad
 from agentprm.agent.state import AgentState
 from agentprm.errors import UserError
+from agentprm.io import atomic_dir
 from agentprm.models.presets import PRESETS, load_tokenizer, preset_config
 from agentprm.models.tokenizer import build_tokenizer
 
@@ -142,22 +140,3 @@ def _quiet_transformers() -> Iterator[None]:
         yield
     finally:
         hf_logging.set_verbosity(level)
-
-
-@contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temp folder beside `path`; on success it replaces `path` (an old folder there is removed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

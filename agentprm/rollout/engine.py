@@ -6,6 +6,10 @@ Each `EpisodeJob` names a task, an episode id and the step budget. Episodes are 
 deterministic agent the results do not depend on how many run at once. Every turn becomes a `StepRecord`
 (agentprm/data/trajectories.py); an episode whose env failed (a worker crash, a bad game) is kept with its
 `error` and counts as not won.
+
+A job may carry `start_actions` (Reset-50-50, see agentprm/rollout/reset.py): the engine plays them first, in place
+of the agent, then hands over. Their rows are stored like any other (so replaying the episode rebuilds exactly the
+states the agent saw); the job's episode id marks how many there are (`reset.prefix_length`).
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ class EpisodeJob:
     episode_id: str
     seed: int = 0
     max_steps: int = 50
+    start_actions: tuple[str, ...] = ()   # played before the agent takes over (counted in max_steps)
 
 
 @dataclass
@@ -39,6 +44,7 @@ class _Active:
     record: EpisodeRecord
     state: AgentState
     turn: Turn
+    prefix: deque[str]   # start actions still to play
 
 
 def episode_jobs(tasks: Sequence[TaskSpec], per_task: int, seed: int, max_steps: int, tag: str) -> list[EpisodeJob]:
@@ -82,14 +88,18 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
                 if turn.info.get("error"):
                     finish(_record(job, agent.name, error=turn.info["error"]))
                 else:
-                    active[s] = _Active(_record(job, agent.name, turn.task), AgentState.start(turn, job.task.task_id), turn)
+                    active[s] = _Active(_record(job, agent.name, turn.task), AgentState.start(turn, job.task.task_id),
+                                        turn, deque(job.start_actions))
             if not active:
                 continue
             slots = list(active)
-            replies = agent.act([active[s].state for s in slots], [active[s].turn for s in slots])
-            commands = {s: parse_reply(r)[1] for s, r in zip(slots, replies)}
+            acting = [s for s in slots if not active[s].prefix]
+            chosen = agent.act([active[s].state for s in acting], [active[s].turn for s in acting]) if acting else []
+            replies = dict(zip(acting, chosen))
+            replies.update({s: active[s].prefix.popleft() for s in slots if s not in replies})
+            commands = {s: parse_reply(replies[s])[1] for s in slots}
             results = pool.step(commands)
-            for s, reply in zip(slots, replies):
+            for s, reply in replies.items():
                 a, nxt = active[s], results[s]
                 a.record.steps.append(StepRecord.from_turns(len(a.record.steps), a.turn, reply, nxt))
                 if nxt.done:

@@ -1,0 +1,84 @@
+"""Reset-50-50 exploration (arXiv 2502.10325 §5): a share of the rollouts start from a state on an expert
+demonstration (the expert's actions replayed up to a random turn, then π takes over); the rest start at the task start.
+
+Which jobs reset, and where, is drawn from `random.Random(seed)`: exactly round(reset_frac · jobs) of them among the
+jobs whose task has a demo of two or more steps (at least one expert step, at least one left to π). The handover turn
+k is uniform in [1, len(demo) − 1]; the job's step budget grows by k so π keeps its own budget.
+
+The replayed prefix is stored in the episode (replaying the rows must rebuild the agent's states) and marked by the
+episode id, which ends in "-reset<k>": `prefix_length(episode_id)` gives k, and `learner_steps` gives the turns π
+chose. A consumer that must only see π's actions (InversePRM's D⁻) starts at turn k. MC Q-targets of the last prefix
+step are Q^π(s, a_expert); earlier prefix steps estimate a mixed expert-then-π policy.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from agentprm.agent.format import parse_reply
+from agentprm.data.trajectories import EpisodeRecord
+from agentprm.envs.alfworld.tasks import TaskSpec
+from agentprm.errors import UserError
+from agentprm.rollout.engine import EpisodeJob, episode_jobs
+
+_RESET_RE = re.compile(r"-reset(\d+)$")
+
+
+def prefix_length(episode_id: str) -> int:
+    """Turns replayed from the expert before π took over (0 for an ordinary episode)."""
+    m = _RESET_RE.search(episode_id)
+    return int(m.group(1)) if m else 0
+
+
+def learner_steps(episode: EpisodeRecord) -> range:
+    """The turns whose action π chose."""
+    return range(prefix_length(episode.episode_id), len(episode.steps))
+
+
+def expert_actions(demos: Sequence[EpisodeRecord]) -> dict[str, list[str]]:
+    """task_id -> the commands of its first won demo."""
+    out: dict[str, list[str]] = {}
+    for e in demos:
+        if e.won and not e.error:
+            out.setdefault(e.task_id, [parse_reply(s.action)[1] for s in e.steps])
+    return out
+
+
+def reset_jobs(tasks: Sequence[TaskSpec], demos: dict[str, list[str]], per_task: int, seed: int, max_steps: int,
+               tag: str, reset_frac: float) -> list[EpisodeJob]:
+    """`episode_jobs(...)` with a seeded share `reset_frac` of them starting on their task's expert demo."""
+    if not 0.0 <= reset_frac <= 1.0:
+        raise UserError(f"exploration.reset_frac {reset_frac}: must be in [0, 1]")
+    jobs = episode_jobs(tasks, per_task, seed, max_steps, tag)
+    rng = random.Random(seed)
+    eligible = [j for j, job in enumerate(jobs) if len(demos.get(job.task.task_id, ())) >= 2]
+    chosen = sorted(rng.sample(eligible, min(len(eligible), round(reset_frac * len(jobs)))))
+    for j in chosen:
+        job, actions = jobs[j], demos[jobs[j].task.task_id]
+        k = rng.randint(1, len(actions) - 1)
+        jobs[j] = replace(job, episode_id=f"{job.episode_id}-reset{k}", start_actions=tuple(actions[:k]),
+                          max_steps=job.max_steps + k)
+    return jobs
+
+
+def reset_rollouts(loop, i: int, prev: Path, train_tasks, demos: Sequence[EpisodeRecord]) -> Path:
+    """Stage 1a with Reset-50-50: like `Loop.rollouts` (same stage name, folder, seeds), with
+    `exploration.reset_frac` of the episodes starting on an expert demo."""
+    from agentprm.agent.lm import LMAgent
+    from agentprm.data.trajectories import ShardWriter
+    from agentprm.rollout.engine import run_episodes
+
+    c, seed = loop.cfg.rollout, loop.cfg.seed + i
+
+    def build(out: Path) -> None:
+        agent = LMAgent.load(prev, mode=c.mode, temperature=c.temperature, seed=seed, name=f"pi{i - 1}")
+        jobs = reset_jobs(train_tasks, expert_actions(demos), c.per_task, seed, c.max_steps, f"rollout-{i}",
+                          loop.cfg.exploration.reset_frac)
+        with ShardWriter(out) as writer:
+            run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
+                         description=f"rollout-{i}", progress=loop.progress)
+
+    return loop.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)

@@ -1,0 +1,74 @@
+"""The paper's table, honestly: run the loop for several seeds and pool the results.
+
+    python scripts/paper_table.py --config configs/paper.yaml --seeds 0 1 2 --out runs/paper
+
+For every (policy, iteration, Best-of-N) row it pools the eval episodes of all seeds (Wilson 95% CI over
+episodes) and lists the per-seed rates, next to the paper's single-seed numbers (Llama-3.2-3B, official
+ALFWorld). Writes <out>/paper_table.md and <out>/paper_table.json; each seed's run folder keeps its own
+results.json, report.md and plots, and is resumable (--resume).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+
+from agentprm.eval.summary import wilson_ci
+from agentprm.io import provenance, write_json, write_text
+from agentprm.loop.config import load_config
+from agentprm.loop.run import Loop
+
+PAPER = {("pi0", 1): 64.9, ("pi1", 1): 73.9, ("pi2", 1): 85.8, ("pi3", 1): 88.1}
+PAPER_BON = 91.0   # Best-of-N (N = 16) on π3 with Q3
+
+
+def pooled_rows(per_seed: dict[int, list[dict]]) -> list[dict]:
+    groups: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
+    for seed, rows in sorted(per_seed.items()):
+        for r in rows:
+            groups[(r["policy"], r["iteration"], r["best_of_n"])].append((seed, r))
+    out = []
+    for (policy, iteration, bon), items in groups.items():
+        wins = sum(round(r["success_rate"] * r["episodes"]) for _, r in items)
+        n = sum(r["episodes"] for _, r in items)
+        out.append({"policy": policy, "iteration": iteration, "best_of_n": bon, "success_rate": wins / n,
+                    "ci95": list(wilson_ci(wins, n)), "episodes": n,
+                    "per_seed": {seed: r["success_rate"] for seed, r in items}})
+    return out
+
+
+def markdown(rows: list[dict], seeds: list[int], config: str) -> str:
+    lines = [f"Config `{config}`, seeds {seeds}; success pooled over seeds' eval episodes (Wilson 95% CI).", "",
+             "| policy | Best-of-N | success % | 95% CI | episodes | per seed % | paper % |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        paper = PAPER.get((r["policy"], r["best_of_n"]), PAPER_BON if r["best_of_n"] > 1 else None)
+        per_seed = ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
+        lines.append(f"| {r['policy']} | {r['best_of_n']} | {100 * r['success_rate']:.1f} | "
+                     f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}] | {r['episodes']} | {per_seed} | "
+                     f"{'' if paper is None else paper} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--out", default="runs/paper")
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args()
+    base = load_config(args.config)
+    per_seed = {}
+    for seed in args.seeds:
+        cfg = dataclasses.replace(base, seed=seed)
+        per_seed[seed] = Loop(cfg, Path(args.out) / f"seed{seed}", resume=args.resume).run()["rows"]
+    rows = pooled_rows(per_seed)
+    write_json(Path(args.out) / "paper_table.json", {"rows": rows, "seeds": args.seeds,
+                                                     "provenance": provenance(base.to_dict(), None)})
+    write_text(Path(args.out) / "paper_table.md", markdown(rows, args.seeds, args.config))
+    print(markdown(rows, args.seeds, args.config))
+
+
+if __name__ == "__main__":
+    main()

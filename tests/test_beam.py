@@ -1,0 +1,85 @@
+"""PRM-guided beam search: with a PRM that knows the walkthrough it must win; forks restore envs by replay."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from agentprm.agent.state import AgentState
+from agentprm.envs.alfworld.engine import AlfWorldEnv
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.envs.pool import EnvPool
+from agentprm.eval.beam import beam_search, play_beam
+
+
+class Shuffled:
+    """A stand-in policy: `n` distinct admissible commands per state, in a seeded random order."""
+
+    name = "shuffled"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def sample(self, states, turns, n):
+        return [self.rng.sample(list(s.admissible), min(n, len(s.admissible))) for s in states]
+
+
+class Walkthrough:
+    """A stand-in PRM: Q = 1 for the walkthrough's next action at a state on the walkthrough, else 0."""
+
+    def __init__(self, task):
+        env = AlfWorldEnv(task.game, expert=True)
+        turn = env.reset()
+        state, self.next = AgentState.start(turn, task.task_id), {}
+        while not turn.done:
+            action = turn.info["expert_action"]
+            self.next[state.key()] = action
+            turn = env.step(action)
+            state = state.advance(action, turn)
+        env.close()
+        assert turn.won
+        self.length = len(self.next)
+
+    def score(self, states, replies):
+        return torch.tensor([float(self.next.get(s.key()) == r) for s, r in zip(states, replies)])
+
+
+@pytest.fixture(scope="module")
+def task(generated_tasks):
+    torch.set_num_threads(1)
+    return load_tasks(generated_tasks.train)[1]
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_beam_follows_the_prm_to_a_win(task, width):
+    prm = Walkthrough(task)
+    with EnvPool(1, num_slots=width) as pool:
+        result = beam_search(task, Shuffled(), prm, pool, width=width, expand=100, max_steps=prm.length + 5)
+    assert result.episode.won and len(result.episode.steps) == prm.length
+    assert [s.action for s in result.episode.steps] == list(prm.next.values())
+    if width == 2:   # the runner-up child shares its parent with the winner: its env was restored by replay
+        assert result.env_steps > 2 * prm.length
+
+
+def test_random_policy_beam_without_a_useful_prm_loses_and_counts_samples(task):
+    class Flat:
+        def score(self, states, replies):
+            return torch.zeros(len(replies))
+
+    with EnvPool(1, num_slots=2) as pool:
+        result = beam_search(task, Shuffled(1), Flat(), pool, width=2, expand=3, max_steps=4)
+    assert not result.episode.won and len(result.episode.steps) == 4
+    assert result.policy_samples == 3 + 3 * 2 * 3   # 1 branch × 3 samples on turn 1, then 2 branches × 3 on 3 turns
+    assert result.prm_scores <= result.policy_samples
+
+
+def test_play_beam_with_an_lm_policy(task):
+    from agentprm.agent.lm import LMAgent
+    from agentprm.models import build_model, build_tokenizer
+
+    tok = build_tokenizer()
+    policy = LMAgent(build_model("tiny", tok, seed=0), tok, temperature=1.0, seed=0)
+    episodes, summary = play_beam([task], policy, Walkthrough(task), width=2, expand=2, max_steps=3)
+    assert len(episodes) == 1 and summary["episodes"] == 1 and summary["policy_samples"] > 0
+    assert episodes[0].policy == "lm+beam2x2" and 1 <= len(episodes[0].steps) <= 3
