@@ -93,7 +93,7 @@ def test_steered_sampler_rate_is_the_configured_one(frac):
     import torch
 
     from agentprm.agent.lm import LMAgent
-    from agentprm.loop.algos.inverse_prm import SteeredSampler
+    from agentprm.policy.online_dpo import SteeredSampler
     from agentprm.models import build_model, build_tokenizer
 
     torch.set_num_threads(1)

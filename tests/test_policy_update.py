@@ -70,7 +70,8 @@ def test_online_dpo_moves_policy_toward_prm_preference(states):
     before = mass_of("inventory", agent, states)
     prm = Prefers("inventory")
     cfg = OnlineDPOConfig(beta=0.1, samples_per_state=4, temperature=1.0, steps=20, batch_size=6, lr=3e-3, seed=0)
-    history = train_online_dpo(agent, prm, states, cfg, progress=False)
+    history, steered = train_online_dpo(agent, prm, states, cfg, progress=False)
+    assert steered == 0
     after = mass_of("inventory", agent, states)
     assert after > before + 0.2, (before, after)
     assert any(h["pair_frac"] > 0 for h in history) and all(0 <= h["pair_frac"] <= 1 for h in history)

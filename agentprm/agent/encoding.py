@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from agentprm.agent.format import DEFAULT_HISTORY_TURNS, state_to_messages
+from agentprm.agent.format import DEFAULT_HISTORY_TURNS, state_to_messages, steered_messages
 from agentprm.agent.state import AgentState
 from agentprm.errors import UserError
 from agentprm.io import write_json
@@ -40,8 +40,12 @@ class PromptConfig:
             raise UserError(f"{path}: bad field 'prompt' ({e})") from None
 
 
-def prompt_ids(tokenizer, state: AgentState, cfg: PromptConfig) -> list[int]:
-    messages = state_to_messages(state, show_admissible=cfg.show_admissible, history_turns=cfg.history_turns)
+def prompt_ids(tokenizer, state: AgentState, cfg: PromptConfig, steered: bool = False) -> list[int]:
+    """`steered` selects the steered-exploration variant of the prompt (format.steered_messages)."""
+    if steered:
+        messages = steered_messages(state, history_turns=cfg.history_turns)
+    else:
+        messages = state_to_messages(state, show_admissible=cfg.show_admissible, history_turns=cfg.history_turns)
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                               return_dict=True)["input_ids"])
 

@@ -129,11 +129,14 @@ class LMAgent:
     def act(self, states: Sequence[AgentState], turns: Sequence[Turn]) -> list[str]:
         return [replies[0] for replies in self.sample(states, turns, 1)]
 
-    def sample(self, states: Sequence[AgentState], turns: Sequence[Turn], n: int) -> list[list[str]]:
-        """`n` replies per state, all states in one batched backend call."""
+    def sample(self, states: Sequence[AgentState], turns: Sequence[Turn], n: int,
+               steered: Sequence[bool] | None = None) -> list[list[str]]:
+        """`n` replies per state, all states in one batched backend call; `steered[k]` prompts state k with the
+        steered-exploration variant."""
         if not states:
             return []
-        prompts = [prompt_ids(self.tokenizer, s, self.prompt_cfg) for s in states]
+        steered = steered or [False] * len(states)
+        prompts = [prompt_ids(self.tokenizer, s, self.prompt_cfg, st) for s, st in zip(states, steered)]
         seed = self._rng.getrandbits(63)
         if self.mode == "generate":
             out = self.backend.generate(prompts, n, self.temperature, self.max_new_tokens, seed)

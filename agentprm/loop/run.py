@@ -137,7 +137,8 @@ class Loop:
             self.evaluate(f"pi{i}_bon{n}", bon, eval_tasks, i, best_of_n=n)
 
     def update_policy(self, i: int, prev: Path, prm_dir: Path, rollouts: Path, out: Path) -> None:
-        """Stage 3: online DPO of π_{i-1} against Q_i on the states of π_{i-1}'s rollouts; saves π_i."""
+        """Stage 3: online DPO of π_{i-1} against Q_i on the states of π_{i-1}'s rollouts (with
+        `exploration.steer_frac` of the generations steered); saves π_i."""
         from agentprm.agent.lm import LMAgent
         from agentprm.agent.replay import episode_states
         from agentprm.data.trajectories import iter_episodes, read_trajectories
@@ -153,10 +154,12 @@ class Loop:
         policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
         cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
                               steps=c.steps, batch_size=c.batch_size, lr=c.lr, seed=seed)
-        history = train_online_dpo(policy, ProcessRewardModel.load(prm_dir), list(states.values()), cfg,
-                                   progress=self.progress)
+        steer_frac = self.cfg.exploration.steer_frac
+        history, steered = train_online_dpo(policy, ProcessRewardModel.load(prm_dir), list(states.values()), cfg,
+                                            progress=self.progress, steer_frac=steer_frac)
         save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
-                    online_dpo={"config": cfg.to_dict(), "history": history, "reference": str(prev)})
+                    online_dpo={"config": cfg.to_dict(), "history": history, "reference": str(prev),
+                                "steer_frac": steer_frac, "steered_states": steered})
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:

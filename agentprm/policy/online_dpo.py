@@ -12,6 +12,7 @@ the shared training core: sampling happens inside the loss, so every step is on-
 from __future__ import annotations
 
 import copy
+import random
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from agentprm.agent.encoding import prompt_ids, reply_ids
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.scoring import reply_logprobs
+from agentprm.errors import UserError
 from agentprm.train.core import TrainConfig, train
 
 
@@ -86,13 +88,33 @@ class OnlineDPOLoss:
         return losses.mean(), {**metrics, "reward_acc": reward_acc}
 
 
+class SteeredSampler:
+    """Steered exploration (arXiv 2502.10325 §5): `sample` like the agent's, with each state prompted by the
+    steered variant (format.steered_messages) with probability `frac`, drawn from `random.Random(seed)`.
+    `steered` counts the states that were."""
+
+    def __init__(self, agent: LMAgent, frac: float, seed: int):
+        if not 0.0 <= frac <= 1.0:
+            raise UserError(f"exploration.steer_frac {frac}: must be in [0, 1]")
+        self.agent, self.frac, self._rng, self.steered = agent, frac, random.Random(seed), 0
+        self.tokenizer, self.prompt_cfg, self.name = agent.tokenizer, agent.prompt_cfg, agent.name  # what DPO reads
+
+    def sample(self, states: Sequence, turns: Sequence, n: int) -> list[list[str]]:
+        steer = [self._rng.random() < self.frac for _ in states]
+        self.steered += sum(steer)
+        return self.agent.sample(states, turns, n, steered=steer)
+
+
 def train_online_dpo(policy: LMAgent, prm, states: Sequence, cfg: OnlineDPOConfig, progress: bool = True,
-                     on_log=None) -> list[dict]:
-    """Update `policy`'s model in place; the reference is a frozen copy of it taken now (π_{i-1})."""
+                     on_log=None, steer_frac: float = 0.0) -> tuple[list[dict], int]:
+    """Update `policy`'s model in place; the reference is a frozen copy of it taken now (π_{i-1}). Returns the
+    logged metrics and how many sampled states got the steered prompt (`steer_frac` of them, in expectation)."""
     model = policy.backend.model
     reference = copy.deepcopy(model).eval().requires_grad_(False)
-    sampler = LMAgent(model, policy.tokenizer, policy.prompt_cfg, mode=policy.mode, temperature=cfg.temperature,
-                      seed=cfg.seed, name=policy.name)
+    sampler = SteeredSampler(LMAgent(model, policy.tokenizer, policy.prompt_cfg, mode=policy.mode,
+                                     temperature=cfg.temperature, seed=cfg.seed, name=policy.name),
+                             steer_frac, cfg.seed)
     loss = OnlineDPOLoss(sampler, reference, prm, cfg)
-    return train(model, list(states), loss, cfg.train_config(len(states)), description="online-dpo",
-                 progress=progress, on_log=on_log)
+    history = train(model, list(states), loss, cfg.train_config(len(states)), description="online-dpo",
+                    progress=progress, on_log=on_log)
+    return history, sampler.steered
