@@ -1,4 +1,6 @@
-"""`agentprm eval`: success rate of a policy (or the expert / random baseline) on tasks, with a 95% CI."""
+"""`agentprm eval`: success rate of a policy (or the expert / random baseline) on tasks, with a 95% CI; with
+`--prm`, test-time search guided by the PRM: Best-of-N (sample N replies per turn, act with the best-scored) or
+beam search (keep the `--beam-width` best partial episodes by Q every turn)."""
 from __future__ import annotations
 
 from agentprm.commands.common import add_common, write_summary
@@ -7,21 +9,53 @@ from agentprm.errors import require
 
 
 def register(sub) -> None:
-    p = sub.add_parser("eval", help="success rate of a policy on tasks (Wilson 95%% CI), overall and per task type")
+    p = sub.add_parser("eval", help="success rate of a policy on tasks (Wilson 95%% CI), overall and per task type",
+                       description=__doc__)
     add_policy_args(p, baselines=True)
     p.add_argument("--episodes-per-task", dest="per_task", type=int, default=1, metavar="K",
                    help="episodes per task (default 1)")
+    p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search")
+    p.add_argument("--best-of", type=int, default=1, metavar="N", help="Best-of-N with --prm (default 1: off)")
+    p.add_argument("--beam-width", type=int, default=0, metavar="K", help="beam search with --prm (default 0: off)")
+    p.add_argument("--beam-expand", type=int, default=4, metavar="M", help="samples per beam branch (default 4)")
     add_common(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     require(args.per_task >= 1, f"--episodes-per-task must be at least 1 (got {args.per_task})")
+    searching = args.best_of > 1 or args.beam_width > 0
+    require(not searching or args.prm, "--best-of/--beam-width need --prm DIR")
+    require(not (args.best_of > 1 and args.beam_width > 0), "choose one of --best-of and --beam-width")
+    require(not searching or args.temperature > 0, "--best-of/--beam-width sample replies: pass --temperature > 0")
     agent = make_agent(args)
     from agentprm.eval.summary import print_table
 
-    _, summary = play(args, agent, tag="eval")
+    if searching:
+        from agentprm.prm.model import ProcessRewardModel
+
+        prm = ProcessRewardModel.load(args.prm)
+        if args.beam_width:
+            summary = _beam(args, agent, prm)
+        else:
+            from agentprm.agent.policies import BestOfNAgent
+
+            agent = BestOfNAgent(agent, prm, args.best_of)
+            _, summary = play(args, agent, tag="eval")
+    else:
+        _, summary = play(args, agent, tag="eval")
     summary["policy"] = agent.name
-    print_table(summary, title=f"{agent.name} on {args.tasks}")
+    print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
     write_summary(args, summary)
     return 0
+
+
+def _beam(args, agent, prm) -> dict:
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.eval.beam import play_beam
+
+    _, summary = play_beam(load_tasks(args.tasks), agent, prm, width=args.beam_width, expand=args.beam_expand,
+                           max_steps=args.max_steps, seed=args.seed, workers=args.workers or 2,
+                           per_task=args.per_task)
+    summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
+    return summary

@@ -118,3 +118,15 @@ def train_online_dpo(policy: LMAgent, prm, states: Sequence, cfg: OnlineDPOConfi
     history = train(model, list(states), loss, cfg.train_config(len(states)), description="online-dpo",
                     progress=progress, on_log=on_log)
     return history, sampler.steered
+
+
+def rollout_states(rollouts) -> list:
+    """The distinct states (by `AgentState.key()`) of stored rollouts: stage 3's state distribution ρ."""
+    from agentprm.agent.replay import episode_states
+    from agentprm.data.trajectories import iter_episodes, read_trajectories
+
+    states: dict[str, object] = {}
+    for episode in iter_episodes(read_trajectories(rollouts)):
+        for state, _ in episode_states(episode):
+            states.setdefault(state.key(), state)
+    return list(states.values())

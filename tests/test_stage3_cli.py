@@ -1,0 +1,68 @@
+"""`agentprm train-policy` (online DPO against a PRM) and `agentprm eval --prm --best-of/--beam-width`."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentprm.cli import main
+
+
+@pytest.fixture(scope="module")
+def pieces(tmp_path_factory, generated_tasks):
+    """A tiny untrained π0, a PRM initialised from it, and π0's rollouts on the train games."""
+    import torch
+
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.models import build_model, build_tokenizer
+    from agentprm.policy.sft import save_policy
+    from agentprm.prm.model import ProcessRewardModel
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("stage3")
+    tok = build_tokenizer()
+    policy = save_policy(build_model("tiny", tok, seed=0), tok, root / "pi0", PromptConfig())
+    prm = ProcessRewardModel.init(policy, seed=0).save(root / "prm")
+    assert main(["rollout", "--policy", str(policy), "--tasks", str(generated_tasks.train), "--per-task", "1",
+                 "--max-steps", "3", "--temperature", "1", "--out", str(root / "rollouts")]) == 0
+    return root, policy, prm
+
+
+def test_train_policy_writes_a_loadable_updated_policy(pieces, tmp_path):
+    root, policy, prm = pieces
+    out, summary = tmp_path / "pi1", tmp_path / "s.json"
+    assert main(["train-policy", "--policy", str(policy), "--prm", str(prm), "--rollouts", str(root / "rollouts"),
+                 "--out", str(out), "--steps", "3", "--batch-size", "4", "--samples-per-state", "3",
+                 "--json", str(summary)]) == 0
+    meta = json.loads((out / "agentprm.json").read_text())["online_dpo"]
+    assert meta["reference"] == str(policy) and len(meta["history"]) >= 1 and meta["config"]["beta"] == 0.03
+    s = json.loads(summary.read_text())
+    assert s["states"] == 18 and s["provenance"]["seed"] == 0     # 6 games × 3 turns, all distinct states
+    from agentprm.agent.lm import LMAgent
+
+    assert LMAgent.load(out).name == "pi1"
+
+
+def test_train_policy_bad_input(pieces, tmp_path, capsys):
+    root, policy, _ = pieces
+    assert main(["train-policy", "--policy", str(policy), "--prm", str(policy), "--rollouts", str(root / "rollouts"),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "not a PRM folder" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_eval_best_of_n_and_beam(pieces, generated_tasks, tmp_path, capsys):
+    root, policy, prm = pieces
+    base = ["eval", "--policy", str(policy), "--tasks", str(generated_tasks.eval), "--max-steps", "3"]
+    out = tmp_path / "bon.json"
+    assert main(base + ["--prm", str(prm), "--best-of", "3", "--temperature", "1", "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    assert s["episodes"] == 6 and s["policy"] == "pi0+bon3" and s["ci95"][0] <= s["success_rate"] <= s["ci95"][1]
+    out = tmp_path / "beam.json"
+    assert main(base + ["--prm", str(prm), "--beam-width", "2", "--beam-expand", "2", "--temperature", "1",
+                        "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["episodes"] == 6
+    assert main(base + ["--best-of", "3", "--temperature", "1"]) == 2
+    assert "--prm" in capsys.readouterr().err
+    assert main(base + ["--prm", str(prm), "--best-of", "3"]) == 2
+    assert "--temperature" in capsys.readouterr().err
