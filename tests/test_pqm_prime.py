@@ -118,3 +118,34 @@ def test_prime_learns_turn_rewards_from_outcomes_and_serves_best_of_n(start, pri
     loaded = ImplicitPRM.load(prime.save(tmp_path / "prime"))
     assert loaded.beta == 0.5
     assert torch.allclose(loaded.score([s0, s0], ["inventory", "look"]), torch.tensor([good, bad]), atol=1e-5)
+
+
+def test_prime_mini_loop_uses_the_implicit_prm(tmp_path, generated_tasks):
+    """`algo: prime`: implicit PRM from outcomes → online DPO against it → eval and Best-of-N with it."""
+    import json
+
+    import yaml
+
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.cli import main
+    from agentprm.models import build_model, build_tokenizer
+    from agentprm.policy.sft import save_policy
+    from agentprm.prm.loading import load_prm
+    from agentprm.prm.prime import ImplicitPRM
+
+    tok = build_tokenizer()
+    pi0 = save_policy(build_model("tiny", tok, seed=0), tok, tmp_path / "pi0", PromptConfig())
+    cfg = {"algo": "prime", "seed": 0, "iterations": 1,
+           "tasks": {"train_dir": str(generated_tasks.train), "eval_dir": str(generated_tasks.eval),
+                     "types": ["pick_and_place_simple", "look_at_obj_in_light"]},
+           "policy0": {"path": str(pi0)},
+           "rollout": {"per_task": 2, "max_steps": 3, "num_envs": 4, "workers": 2},
+           "prime": {"epochs": 1, "batch_size": 2},
+           "policy": {"steps": 2, "batch_size": 2},
+           "eval": {"max_steps": 3, "best_of_n": [2]}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(tmp_path / "c.yaml"), "--run-dir", str(run)]) == 0
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert [(r["policy"], r["best_of_n"]) for r in rows] == [("pi0", 1), ("pi1", 1), ("pi1", 2)]
+    assert isinstance(load_prm(run / "iter_1" / "prm"), ImplicitPRM)

@@ -32,9 +32,9 @@ def run(args) -> int:
     from agentprm.eval.summary import print_table
 
     if searching:
-        from agentprm.prm.model import ProcessRewardModel
+        from agentprm.prm.loading import load_prm
 
-        prm = ProcessRewardModel.load(args.prm)
+        prm = load_prm(args.prm)
         if args.beam_width:
             summary = _beam(args, agent, prm)
         else:

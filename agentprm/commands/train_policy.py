@@ -33,12 +33,12 @@ def run(args) -> int:
     from agentprm.errors import require
     from agentprm.policy.online_dpo import rollout_states, train_online_dpo
     from agentprm.policy.sft import save_policy
-    from agentprm.prm.model import ProcessRewardModel
+    from agentprm.prm.loading import load_prm
 
     require(args.samples_per_state >= 2, f"--samples-per-state must be at least 2 (got {args.samples_per_state})")
     require(args.steps >= 1, f"--steps must be at least 1 (got {args.steps})")
     policy = LMAgent.load(args.policy, mode=args.mode, seed=args.seed)
-    prm = ProcessRewardModel.load(args.prm)
+    prm = load_prm(args.prm)
     states = rollout_states(args.rollouts)
     cfg = OnlineDPOConfig(beta=args.beta, samples_per_state=args.samples_per_state, temperature=args.temperature,
                           steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)

@@ -101,6 +101,30 @@ class PolicyGradientConfig:
 
 
 @dataclass
+class HackingDetectorConfig:
+    """Reward-hacking detector during the online-DPO update (agentprm/policy/hacking.py, docs/reward-hacking.md)."""
+    enabled: bool = False
+    ensemble_size: int = 3          # PRMs whose disagreement is measured: Q_i and ensemble_size − 1 more, fitted to
+                                    # the same targets with other seeds (so other task splits)
+    monitor_states: int = 16        # rollout states held out of the update and scored at every check
+    probe_episodes: int = 0         # greedy episodes of π_θ per check, one per train task, for the probe Spearman
+    check_every: int = 10           # policy steps between checks
+    prm_rise: float = 0.05          # alarm when mean Q_i of greedy replies rises more than this since step 0 …
+    std_rise: float = 0.02          # … and the ensemble std rises more than this
+    min_spearman: float = 0.0       # alarm when the probe Spearman(Q_i, return) falls below this
+    max_kl: float = 0.0             # alarm when the KL proxy to π_{i-1} exceeds this (0 = off)
+    stop_on_alarm: bool = False     # end the update at the first alarm (π_i = the policy at that check)
+
+
+@dataclass
+class PrimeConfig:
+    beta: float = 0.05              # implicit reward scale β in r = β log(π_φ/π_ref)
+    epochs: float = 2.0
+    lr: float = 1e-4
+    batch_size: int = 4             # episodes per step (the loss is per episode)
+
+
+@dataclass
 class LoopConfig:
     algo: str = "agentprm"
     seed: int = 0
@@ -115,6 +139,8 @@ class LoopConfig:
     policy_gradient: PolicyGradientConfig = field(default_factory=PolicyGradientConfig)
     inverse_prm: InversePrmConfig = field(default_factory=InversePrmConfig)
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    prime: PrimeConfig = field(default_factory=PrimeConfig)
+    hacking: HackingDetectorConfig = field(default_factory=HackingDetectorConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
