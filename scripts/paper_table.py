@@ -11,31 +11,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections import defaultdict
 from pathlib import Path
 
-from agentprm.eval.summary import wilson_ci
+from agentprm.eval.summary import pooled_rows
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.run import Loop
 
 PAPER = {("pi0", 1): 64.9, ("pi1", 1): 73.9, ("pi2", 1): 85.8, ("pi3", 1): 88.1}
 PAPER_BON = 91.0   # Best-of-N (N = 16) on π3 with Q3
-
-
-def pooled_rows(per_seed: dict[int, list[dict]]) -> list[dict]:
-    groups: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
-    for seed, rows in sorted(per_seed.items()):
-        for r in rows:
-            groups[(r["policy"], r["iteration"], r["best_of_n"])].append((seed, r))
-    out = []
-    for (policy, iteration, bon), items in groups.items():
-        wins = sum(round(r["success_rate"] * r["episodes"]) for _, r in items)
-        n = sum(r["episodes"] for _, r in items)
-        out.append({"policy": policy, "iteration": iteration, "best_of_n": bon, "success_rate": wins / n,
-                    "ci95": list(wilson_ci(wins, n)), "episodes": n,
-                    "per_seed": {seed: r["success_rate"] for seed, r in items}})
-    return out
 
 
 def markdown(rows: list[dict], seeds: list[int], config: str) -> str:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from agentprm.eval.summary import pooled_rows
+
 spec = importlib.util.spec_from_file_location("paper_table", Path(__file__).parents[1] / "scripts" / "paper_table.py")
 paper_table = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(paper_table)
@@ -14,7 +16,7 @@ def test_pooled_rows_pool_episodes_and_keep_seeds():
                                         "episodes": eps}
     per_seed = {0: [row("pi0", 0, 1, 0.25, 20), row("pi1", 1, 4, 0.5, 20)],
                 1: [row("pi0", 0, 1, 0.5, 20), row("pi1", 1, 4, 0.75, 20)]}
-    rows = {(r["policy"], r["best_of_n"]): r for r in paper_table.pooled_rows(per_seed)}
+    rows = {(r["policy"], r["best_of_n"]): r for r in pooled_rows(per_seed)}
     pi0 = rows[("pi0", 1)]
     assert pi0["episodes"] == 40 and pi0["success_rate"] == pytest.approx(15 / 40)
     assert pi0["ci95"][0] < 15 / 40 < pi0["ci95"][1] and pi0["per_seed"] == {0: 0.25, 1: 0.5}

@@ -39,6 +39,23 @@ def summarize(episodes: Sequence) -> dict:
     return out
 
 
+def pooled_rows(per_seed: dict[int, list[dict]]) -> list[dict]:
+    """Results rows of several seeds' runs pooled per (policy, iteration, best_of_n): episodes added up, Wilson CI
+    over all of them, and each seed's own rate kept (`per_seed`)."""
+    groups: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
+    for seed, rows in sorted(per_seed.items()):
+        for r in rows:
+            groups[(r["policy"], r["iteration"], r["best_of_n"])].append((seed, r))
+    out = []
+    for (policy, iteration, bon), items in groups.items():
+        wins = sum(round(r["success_rate"] * r["episodes"]) for _, r in items)
+        n = sum(r["episodes"] for _, r in items)
+        out.append({"policy": policy, "iteration": iteration, "best_of_n": bon, "success_rate": wins / n,
+                    "ci95": list(wilson_ci(wins, n)), "episodes": n,
+                    "per_seed": {seed: r["success_rate"] for seed, r in items}})
+    return out
+
+
 def print_table(summary: dict, title: str = "") -> None:
     table = Table(title=title)
     for col in ("task type", "episodes", "success", "95% CI", "mean turns"):

@@ -1,0 +1,107 @@
+"""One table: SFT π0, AgentPRM, InversePRM, outcome-only GRPO, SPRO, PRIME — same tasks, same π0, same rollout
+budget (`rollout.per_task` × train tasks × iterations), several seeds; plus Best-of-N vs beam search at equal
+samples per turn with the AgentPRM run's π and Q.
+
+    python scripts/compare_methods.py --config configs/compare.yaml --seeds 0 1 2 --out runs/compare
+
+Each method/seed is an ordinary resumable loop run under <out>/<method>/seed<k>/ (--resume continues). Success is
+pooled over seeds' eval episodes (Wilson 95% CI) with per-seed rates; wall time is the sum over seeds.
+Writes <out>/compare.md and <out>/compare.json.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from agentprm.eval.summary import pooled_rows
+from agentprm.io import provenance, write_json, write_text
+from agentprm.loop.config import load_config
+from agentprm.loop.run import Loop
+
+METHODS = ("agentprm", "inverse-prm", "grpo", "spro", "prime")
+
+
+def run_method(base, algo: str, seeds: list[int], out: Path, resume: bool) -> tuple[list[dict], float]:
+    per_seed, wall = {}, 0.0
+    for seed in seeds:
+        cfg = dataclasses.replace(base, algo=algo, seed=seed)
+        run_dir = out / algo / f"seed{seed}"
+        done = run_dir / "results.json"
+        results = json.loads(done.read_text()) if done.exists() and resume else Loop(cfg, run_dir, resume).run()
+        per_seed[seed], wall = results["rows"], wall + results["wall_seconds"]
+    return pooled_rows(per_seed), wall
+
+
+def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int) -> list[dict]:
+    """BoN(N = width × expand) vs beam(width, expand) with the AgentPRM runs' last π and Q, same eval tasks."""
+    from agentprm.agent.lm import LMAgent
+    from agentprm.agent.policies import BestOfNAgent
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.eval.beam import play_beam
+    from agentprm.eval.run import play_tasks
+    from agentprm.prm.loading import load_prm
+
+    per_seed: dict[int, list[dict]] = {}
+    for seed in seeds:
+        run = out / "agentprm" / f"seed{seed}"
+        last = f"iter_{base.iterations}"
+        tasks = load_tasks(base.tasks.eval_dir or run / "tasks/eval", base.tasks.types)
+        gen = lambda: LMAgent.load(run / last / "policy", mode=base.rollout.mode,  # noqa: E731
+                                   temperature=base.eval.bon_temperature, seed=seed)
+        prm = load_prm(run / last / "prm")
+        _, bon = play_tasks(BestOfNAgent(gen(), prm, width * expand), tasks, per_task=base.eval.episodes_per_task,
+                            seed=seed + 1000, max_steps=base.eval.max_steps, tag="bon")
+        _, beam = play_beam(tasks, gen(), prm, width=width, expand=expand, max_steps=base.eval.max_steps,
+                            seed=seed + 1000, workers=2, per_task=base.eval.episodes_per_task)
+        per_seed[seed] = [{"policy": f"BoN-{width * expand}", "iteration": base.iterations, "best_of_n": width * expand,
+                           **bon}, {"policy": f"beam-{width}x{expand}", "iteration": base.iterations,
+                                    "best_of_n": width * expand, **beam}]
+    return pooled_rows(per_seed)
+
+
+def markdown(table: list[tuple[str, dict, float]], search: list[dict], seeds: list[int], config: str) -> str:
+    lines = [f"Config `{config}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall time summed "
+             "over seeds.", "", "| method | policy | success % | 95% CI | episodes | per seed % | wall s |",
+             "|---|---|---|---|---|---|---|"]
+    for method, r, wall in table:
+        per_seed = ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
+        lines.append(f"| {method} | {r['policy']} | {100 * r['success_rate']:.1f} | [{100 * r['ci95'][0]:.1f}, "
+                     f"{100 * r['ci95'][1]:.1f}] | {r['episodes']} | {per_seed} | {wall:.0f} |")
+    if search:
+        lines += ["", "| test-time search (samples/turn) | success % | 95% CI | episodes |", "|---|---|---|---|"]
+        for r in search:
+            lines.append(f"| {r['policy']} ({r['best_of_n']}) | {100 * r['success_rate']:.1f} | "
+                         f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}] | {r['episodes']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS))
+    ap.add_argument("--out", default="runs/compare")
+    ap.add_argument("--beam", type=int, nargs=2, default=[2, 2], metavar=("WIDTH", "EXPAND"))
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args()
+    base, out = load_config(args.config), Path(args.out)
+    table = []
+    for algo in args.methods:
+        rows, wall = run_method(base, algo, args.seeds, out, args.resume)
+        last = max(r["iteration"] for r in rows)
+        if not table:   # every method starts from the same π0: report it once, as "SFT"
+            table.append(("SFT π0", next(r for r in rows if r["iteration"] == 0), 0.0))
+        table.append((algo, next(r for r in rows if r["iteration"] == last and r["best_of_n"] == 1), wall))
+    search = search_comparison(base, args.seeds, out, *args.beam) if "agentprm" in args.methods else []
+    write_json(out / "compare.json", {"table": [{"method": m, **r, "wall_seconds": w} for m, r, w in table],
+                                      "search": search, "seeds": args.seeds,
+                                      "provenance": provenance(base.to_dict(), None)})
+    text = markdown(table, search, args.seeds, args.config)
+    write_text(out / "compare.md", text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
