@@ -9,9 +9,11 @@ per call. Greedy choices do not depend on the batch, so both sides must take ide
 1 if not). Prints env-steps/s for both, end to end and counting only the time spent in `act`, and the ratio
 (target >= 5x end to end).
 
-Measured on our 2 shared CPU cores (tiny model, 8 envs): choose mode ~1x. The tiny model's forward is compute-bound
-on CPU (8 prompts cost the same batched or one by one), so batching only saves per-call overhead, which is what
-dominates on a GPU or in token-by-token generation (generate mode: ~2-3x here).
+Measured on our 2 shared CPU cores (tiny model, 8 envs, 160 steps): choose mode 0.7-0.9x end to end (0.5-0.6x in
+act), generate mode 1.2x (2.4x in act); env stepping takes most of the wall time. The tiny model's forward is
+compute-bound on CPU (8 prompts cost the same batched or one by one), and `score_candidates` copies the
+left-padded prompt cache once per candidate, so a batch pays for its longest prompt on every candidate. Batching
+pays where per-call overhead dominates: a GPU, or token-by-token generation.
 """
 from __future__ import annotations
 

@@ -1,0 +1,30 @@
+"""The default π0 ships inside the package: it loads like any policy folder and carries its own held-out eval."""
+import json
+import os
+import stat
+
+from agentprm.io import atomic_dir, write_json
+from agentprm.loop.run import DEFAULT_POLICY
+
+
+def test_bundled_policy_loads_and_records_its_eval():
+    from agentprm.agent.lm import LMAgent
+
+    agent = LMAgent.load(DEFAULT_POLICY)
+    assert agent.mode == "choose" and sum(p.numel() for p in agent.backend.model.parameters()) < 2_000_000
+    meta = json.loads((DEFAULT_POLICY / "agentprm.json").read_text())
+    assert meta["sft"]["config"]["seed"] == 0                        # built by scripts/build_default_policy.py
+    ev = json.loads((DEFAULT_POLICY / "eval.json").read_text())
+    assert ev["episodes"] >= 36 and ev["ci95"][0] <= ev["success_rate"] <= ev["ci95"][1]
+
+
+def test_atomic_writes_are_readable_by_others(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "r.json", {"a": 1})
+        with atomic_dir(tmp_path / "d") as d:
+            (d / "x").write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
