@@ -90,3 +90,13 @@ def test_config_errors_name_the_field(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "rollout.per_tasks" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("config", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_configs_load(config):
+    from agentprm.loop.algos import get_algorithm
+    from agentprm.loop.config import load_config
+
+    cfg = load_config(config)
+    assert get_algorithm(cfg.algo) and cfg.iterations >= 1
