@@ -14,7 +14,7 @@ from agentprm.errors import UserError
 
 @dataclass
 class TasksConfig:
-    train: int = 24                 # generated train games (ignored when train_dir is set)
+    train: int = 12                 # generated train games (ignored when train_dir is set)
     eval: int = 24                  # generated eval games, floor plans disjoint from train
     types: list[str] | None = None  # task types (default: all six, balanced)
     train_dir: str | None = None    # use an existing task folder (generated or official ALFWorld) instead
@@ -35,7 +35,7 @@ class RolloutConfig:
     per_task: int = 4               # rollouts of π_{i-1} per train task (paper: 16)
     temperature: float = 1.0        # exploration during stage-1 rollouts
     mode: str = "choose"            # "choose" among admissible commands, or free "generate"
-    max_steps: int = 30
+    max_steps: int = 25
     num_envs: int = 8
     workers: int | None = None      # env worker processes (default: CPU count)
 
@@ -60,7 +60,7 @@ class PolicyUpdateConfig:
     beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03)
     samples_per_state: int = 4
     temperature: float = 1.0
-    steps: int = 60
+    steps: int = 40
     batch_size: int = 8
     lr: float = 2e-4
 
@@ -68,7 +68,7 @@ class PolicyUpdateConfig:
 @dataclass
 class EvalConfig:
     episodes_per_task: int = 1
-    max_steps: int = 30
+    max_steps: int = 25
     best_of_n: list[int] = field(default_factory=lambda: [4])   # Best-of-N with Q_i after each iteration
     bon_temperature: float = 1.0
 

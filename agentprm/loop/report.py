@@ -85,11 +85,44 @@ def plot_prm_vs_success(update_history: dict[int, list[dict]], rows: list[dict],
     _save(fig, path)
 
 
+HACKING_SIGNALS = (("hack_prm", "Q_i, greedy replies"), ("hack_ens_std", "ensemble std"),
+                   ("hack_kl", "KL proxy to π_{i-1}"), ("hack_spearman", "probe Spearman"))
+
+
+def plot_hacking(update_history: dict[int, list[dict]], path: Path) -> bool:
+    """The reward-hacking detector's signals (agentprm/policy/hacking.py) over update steps, one panel each, the
+    first alarm of each iteration marked; False (no plot) when no update was monitored."""
+    checked = {i: [h for h in hist if "hack_prm" in h] for i, hist in update_history.items()}
+    signals = [(k, label) for k, label in HACKING_SIGNALS
+               if any(h.get(k) is not None for rows in checked.values() for h in rows)]
+    if not signals:
+        return False
+    fig, axes = plt.subplots(len(signals), 1, figsize=(5, 1.6 * len(signals) + 0.6), sharex=True, squeeze=False)
+    offset = 0
+    for i, hist in sorted(update_history.items()):
+        rows = checked.get(i, [])
+        alarms = [offset + h["step"] for h in rows if h["hack_alarm"]]
+        for ax, (key, label) in zip(axes[:, 0], signals):
+            pts = [(offset + h["step"], h[key]) for h in rows if h.get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker=".", label=f"iter {i}")
+            if alarms:
+                ax.axvline(alarms[0], color="red", linestyle=":", label=f"alarm, iter {i}")
+            ax.set_ylabel(label, fontsize=7)
+        offset += hist[-1]["step"] if hist else 0
+    axes[0, 0].legend(fontsize=6)
+    axes[0, 0].set_title("Reward-hacking detector (no outcome labels of π_θ)", fontsize=9)
+    axes[-1, 0].set_xlabel("policy-update step (cumulative)")
+    _save(fig, path)
+    return True
+
+
 def write_report(run_dir: Path, results: dict, update_history: dict[int, list[dict]]) -> None:
     rows, plots = results["rows"], run_dir / "plots"
     plot_success(rows, plots / "success_vs_iteration.png")
     plot_best_of_n(rows, plots / "best_of_n.png")
     plot_prm_vs_success(update_history, rows, plots / "prm_score_vs_success.png")
+    hacking = plot_hacking(update_history, plots / "hacking.png")
     cfg = results["config"]
     text = [f"# AgentPRM run ({cfg['algo']}, seed {cfg['seed']}, {cfg['iterations']} iteration(s))", "",
             results_table(rows), "",
@@ -97,4 +130,6 @@ def write_report(run_dir: Path, results: dict, update_history: dict[int, list[di
             f"eval task, step budget {cfg['eval']['max_steps']}; 95% CIs are Wilson intervals over episodes.", "",
             "![success](plots/success_vs_iteration.png)", "![bon](plots/best_of_n.png)",
             "![prm](plots/prm_score_vs_success.png)", ""]
+    if hacking:
+        text += ["![hacking](plots/hacking.png)", ""]
     write_text(run_dir / "report.md", "\n".join(text))

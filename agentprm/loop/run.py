@@ -19,7 +19,7 @@ from pathlib import Path
 from agentprm.errors import UserError
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.algos import get_algorithm
-from agentprm.loop.config import LoopConfig, dump_config
+from agentprm.loop.config import LoopConfig, dump_config, load_config
 from agentprm.loop.stages import MARKERS, StageRunner
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
@@ -32,11 +32,11 @@ class Loop:
         started = (self.run_dir / MARKERS).exists()
         if started and not resume:
             raise UserError(f"{self.run_dir}: holds a run already; pass --resume to continue it (nothing deleted)")
-        if resume and (self.run_dir / "config.yaml").exists():
-            saved = (self.run_dir / "config.yaml").read_text()
-            if saved != dump_config(cfg):
-                raise UserError(f"{self.run_dir / 'config.yaml'}: differs from this run's config; "
-                                "resume with the same config")
+        saved = self.run_dir / "config.yaml"
+        if resume and saved.exists():
+            # compared as parsed configs: sections added by a newer agentprm (at their defaults) do not matter
+            if load_config(saved).to_dict() != cfg.to_dict():
+                raise UserError(f"{saved}: differs from this run's config; resume with the same config")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.run_dir / "config.yaml", dump_config(cfg))
         self.stages = StageRunner(self.run_dir, resume)
@@ -124,7 +124,7 @@ class Loop:
         """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` (when there is a PRM)."""
         from agentprm.agent.lm import LMAgent
         from agentprm.agent.policies import BestOfNAgent
-        from agentprm.prm.model import ProcessRewardModel
+        from agentprm.prm.loading import load_prm
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
         self.evaluate(f"pi{i}", lambda: LMAgent.load(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
@@ -132,34 +132,75 @@ class Loop:
             def bon(n=n):
                 gen = LMAgent.load(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
                                    name=f"pi{i}")
-                return BestOfNAgent(gen, ProcessRewardModel.load(prm_dir), n)
+                return BestOfNAgent(gen, load_prm(prm_dir), n)
 
             self.evaluate(f"pi{i}_bon{n}", bon, eval_tasks, i, best_of_n=n)
 
     def update_policy(self, i: int, prev: Path, prm_dir: Path, rollouts: Path, out: Path) -> None:
         """Stage 3: online DPO of π_{i-1} against Q_i on the states of π_{i-1}'s rollouts (with
-        `exploration.steer_frac` of the generations steered); saves π_i."""
+        `exploration.steer_frac` of the generations steered), watched by the reward-hacking detector when
+        `hacking.enabled`; saves π_i."""
         from agentprm.agent.lm import LMAgent
-        from agentprm.agent.replay import episode_states
-        from agentprm.data.trajectories import iter_episodes, read_trajectories
-        from agentprm.policy.online_dpo import OnlineDPOConfig, train_online_dpo
+        from agentprm.policy.online_dpo import OnlineDPOConfig, rollout_states, train_online_dpo
         from agentprm.policy.sft import save_policy
-        from agentprm.prm.model import ProcessRewardModel
+        from agentprm.prm.loading import load_prm
 
         c, seed = self.cfg.policy, self.cfg.seed + i
-        states = {}
-        for episode in iter_episodes(read_trajectories(rollouts)):
-            for state, _ in episode_states(episode):
-                states.setdefault(state.key(), state)
+        states = rollout_states(rollouts)
         policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
         cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
                               steps=c.steps, batch_size=c.batch_size, lr=c.lr, seed=seed)
+        prm, detector = load_prm(prm_dir), None
+        if self.cfg.hacking.enabled:
+            detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
         steer_frac = self.cfg.exploration.steer_frac
-        history, steered = train_online_dpo(policy, ProcessRewardModel.load(prm_dir), list(states.values()), cfg,
-                                            progress=self.progress, steer_frac=steer_frac)
+        history, steered = train_online_dpo(policy, prm, states, cfg, progress=self.progress, on_log=detector,
+                                            steer_frac=steer_frac)
+        hacking = {"hacking": detector.summary()} if detector else {}
         save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
                     online_dpo={"config": cfg.to_dict(), "history": history, "reference": str(prev),
-                                "steer_frac": steer_frac, "steered_states": steered})
+                                "steer_frac": steer_frac, "steered_states": steered, **hacking})
+
+    def _hacking_detector(self, i: int, prev: Path, policy, prm, prm_dir: Path, states: list) -> tuple:
+        """The detector for iteration i and the states left for the update: a seeded `hacking.monitor_states` of
+        them are held out to monitor. The extra ensemble PRMs are resumable stages (iter_<i>/prm_ensemble/<k>),
+        fitted like Q_i to Q_i's targets with other seeds, which also changes their held-out task split."""
+        import random
+
+        from agentprm.policy.hacking import HackingConfig, HackingDetector, episode_probe, hold_out
+        from agentprm.prm.model import ProcessRewardModel
+        from agentprm.prm.train import train_prm
+        from agentprm.train.core import TrainConfig
+
+        h, seed = self.cfg.hacking, self.cfg.seed + i
+        if len(states) < 2:
+            raise UserError(f"hacking: {len(states)} rollout state(s); need at least 2 to hold some out to monitor")
+        monitor, train_states = hold_out(states, min(h.monitor_states, len(states) // 2), seed)
+        meta = prm_dir / "agentprm.json"
+        targets = json.loads(meta.read_text()).get("targets") if meta.exists() else None
+        if h.ensemble_size > 1 and not targets:
+            raise UserError(f"hacking.ensemble_size {h.ensemble_size}: {prm_dir} was not fitted to MC targets "
+                            "(algo agentprm), so there is nothing to refit; set hacking.ensemble_size: 1")
+        p = self.cfg.prm
+        init = prev if p.init == "policy" else p.init
+        ensemble = []
+        for k in range(1, h.ensemble_size):
+            member_cfg = TrainConfig(lr=p.lr, epochs=p.epochs, batch_size=p.batch_size, seed=seed + 1000 * k)
+            member = self.stages.run(f"iter_{i}/prm_ensemble_{k}", f"iter_{i}/prm_ensemble/{k}",
+                                     lambda o, m=member_cfg: train_prm(targets, init, p.loss, o, m,
+                                                                       progress=self.progress))
+            ensemble.append(ProcessRewardModel.load(member))
+        probe = None
+        if h.probe_episodes > 0:
+            tasks = self.tasks()[0]
+            tasks = random.Random(seed).sample(tasks, min(h.probe_episodes, len(tasks)))
+            probe = episode_probe(tasks, per_task=1, seed=seed + 2000, max_steps=self.cfg.rollout.max_steps,
+                                  gamma=self.cfg.targets.gamma, num_envs=self.cfg.rollout.num_envs,
+                                  workers=self.cfg.rollout.workers)
+        det_cfg = HackingConfig(check_every=h.check_every, temperature=self.cfg.policy.temperature,
+                                prm_rise=h.prm_rise, std_rise=h.std_rise, min_spearman=h.min_spearman,
+                                max_kl=h.max_kl, stop_on_alarm=h.stop_on_alarm)
+        return HackingDetector(policy, prm, ensemble, monitor, det_cfg, probe, seed=seed), train_states
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:

@@ -8,8 +8,8 @@ fixed set of monitor states (held out of the update), with no outcome label of t
     ens_std   std of Q across a PRM ensemble (Q_i and PRMs fitted to the same targets with other seeds/task
               splits) on π_θ's greedy and sampled replies, averaged. Rising = π_θ moves where the targets do
               not pin Q down, so Q_i's preference there is an extrapolation.
-    kl        mean log π_θ(a|s) − log π_{i-1}(a|s) over replies a sampled from π_θ: a Monte-Carlo KL(π_θ‖π_{i-1}),
-              how far π_θ left the policy whose rollouts Q_i was fitted on.
+    kl        mean log π_θ(a|s) − log π_{i-1}(a|s) over replies a sampled from π_θ: a Monte-Carlo estimate of
+              KL(π_θ‖π_{i-1}), how far π_θ left the policy whose rollouts Q_i was fitted on.
     spearman  optional probe: Spearman(Q_i(s,a), return-to-go) over a few fresh greedy episodes of π_θ (a probe's
               returns, never the training data's); `probe_success` is their success rate, for the record.
 
@@ -21,6 +21,7 @@ kept in `checks`; with `stop_on_alarm` the callback returns True, which stops th
 from __future__ import annotations
 
 import copy
+import random
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable, NamedTuple, Sequence
@@ -66,6 +67,13 @@ class ProbeResult(NamedTuple):
 Probe = Callable[[LMAgent], ProbeResult]
 
 
+def hold_out(states: Sequence[AgentState], n: int, seed: int) -> tuple[list[AgentState], list[AgentState]]:
+    """A seeded `n` of `states` to monitor, and the rest (for the update: monitor states must stay unseen by it)."""
+    order = list(range(len(states)))
+    random.Random(seed).shuffle(order)
+    return [states[k] for k in order[:n]], [states[k] for k in order[n:]]
+
+
 def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
     out, g = [], 0.0
     for r in reversed(rewards):
@@ -105,10 +113,8 @@ class HackingDetector:
         model = policy.backend.model
         self.model, self.tokenizer, self.prompt_cfg = model, policy.tokenizer, policy.prompt_cfg
         self.reference = copy.deepcopy(model).eval().requires_grad_(False)
-        agent = dict(mode=policy.mode, seed=seed, name=policy.name)
-        self.greedy = LMAgent(model, policy.tokenizer, policy.prompt_cfg, temperature=0.0, **agent)
-        self.sampler = LMAgent(model, policy.tokenizer, policy.prompt_cfg, temperature=cfg.temperature, **agent)
-        self.prms, self.states, self.cfg, self.probe = [prm, *ensemble], list(states), cfg, probe
+        self.greedy = LMAgent(model, policy.tokenizer, policy.prompt_cfg, mode=policy.mode, name=policy.name)
+        self.prms, self.states, self.cfg, self.probe, self.seed = [prm, *ensemble], list(states), cfg, probe, seed
         self.checks: list[dict] = []
         self.alarm_step: int | None = None
         self.check(0)
@@ -139,7 +145,10 @@ class HackingDetector:
     def signals(self) -> dict:
         n, k = len(self.states), self.cfg.samples_per_state
         greedy = [r[0] for r in self.greedy.sample(self.states, [None] * n, 1)]
-        sampled = [(s, r) for s, rs in zip(self.states, self.sampler.sample(self.states, [None] * n, k)) for r in rs]
+        # the same sampling seed at every check, so the samples change only where the policy did
+        sampler = LMAgent(self.model, self.tokenizer, self.prompt_cfg, mode=self.greedy.mode,
+                          temperature=self.cfg.temperature, seed=self.seed)
+        sampled = [(s, r) for s, rs in zip(self.states, sampler.sample(self.states, [None] * n, k)) for r in rs]
         states, replies = self.states + [s for s, _ in sampled], greedy + [r for _, r in sampled]
         q = torch.stack([torch.as_tensor(p.score(states, replies)).float() for p in self.prms])  # (PRMs, replies)
         out = {"prm": float(q[0, :n].mean()),
@@ -156,8 +165,8 @@ class HackingDetector:
         prompts = [prompt_ids(self.tokenizer, s, self.prompt_cfg) for s in states]
         ids = [reply_ids(self.tokenizer, r) for r in replies]
         pad = self.tokenizer.pad_token_id
-        return float((reply_logprobs(self.model, prompts, ids, pad) - reply_logprobs(self.reference, prompts, ids, pad))
-                     .mean())
+        log_ratio = reply_logprobs(self.model, prompts, ids, pad) - reply_logprobs(self.reference, prompts, ids, pad)
+        return float(log_ratio.mean())
 
     def reasons(self, now: dict, base: dict) -> list[str]:
         c, out = self.cfg, []

@@ -55,8 +55,9 @@ def num_steps(n_examples: int, cfg: TrainConfig) -> int:
 
 def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: TrainConfig,
           description: str = "train", progress: bool = True,
-          on_log: Callable[[int, dict], None] | None = None) -> list[dict]:
-    """Optimise `loss_fn` over `examples`; returns the logged metrics (one dict per `log_every` steps)."""
+          on_log: Callable[[int, dict], bool | None] | None = None) -> list[dict]:
+    """Optimise `loss_fn` over `examples`; returns the logged metrics (one dict per `log_every` steps).
+    `on_log(step, row)` sees each logged row; returning True stops training after that step (a monitor's alarm)."""
     seed_everything(cfg.seed)
     steps = num_steps(len(examples), cfg)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -78,14 +79,14 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
             window.append({"loss": float(loss.detach()), **metrics})
             bar.advance()
             out_of_time = cfg.time_budget_s and time.monotonic() - start > cfg.time_budget_s
+            stop = False
             if step % cfg.log_every == 0 or step == steps or out_of_time:
                 row = {k: sum(w[k] for w in window) / len(window) for k in window[0]}
                 row.update(step=step, seconds=round(time.monotonic() - start, 2), lr=sched.get_last_lr()[0])
                 history.append(row)
                 window = []
-                if on_log:
-                    on_log(step, row)
-            if out_of_time:
+                stop = bool(on_log and on_log(step, row))
+            if out_of_time or stop:
                 break
     model.eval()
     return history
