@@ -18,8 +18,7 @@ def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks,
 
     c, it = loop.cfg.policy_gradient, f"iter_{i}"
     # Reset-50-50 episodes start on an expert prefix: neither on-policy nor from the group's shared start state
-    exploration = getattr(loop.cfg, "exploration", None)
-    if exploration is not None and exploration.reset_frac > 0:
+    if loop.cfg.exploration.reset_frac > 0:
         raise UserError(f"algo {loop.cfg.algo!r}: groups must be π_{{i-1}}'s own episodes from the task start; "
                         "set exploration.reset_frac: 0")
     rollouts = loop.rollouts(i, prev, train_tasks)
