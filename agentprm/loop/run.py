@@ -71,19 +71,26 @@ class Loop:
 
         return self.stages.run("policy_0", "policy_0", build)
 
-    def _sft(self, train_tasks, out: Path) -> None:
+    def demos(self, train_tasks) -> Path:
+        """The hand-coded expert once per train task (200-step budget), as a resumable stage: π0's SFT data and
+        InversePRM's positives."""
         from agentprm.agent.policies import ExpertAgent
         from agentprm.data.trajectories import write_episodes_file
         from agentprm.eval.run import play_tasks
+
+        def build(out: Path) -> None:
+            episodes, _ = play_tasks(ExpertAgent(), train_tasks, per_task=1, seed=self.cfg.seed, max_steps=200,
+                                     tag="expert", workers=self.cfg.rollout.workers, progress=self.progress)
+            write_episodes_file(out, episodes)
+
+        return self.stages.run("demos", "demos.parquet", build)
+
+    def _sft(self, train_tasks, out: Path) -> None:
         from agentprm.policy.sft import SFTConfig, train_sft
 
         c = self.cfg.policy0
-        episodes, _ = play_tasks(ExpertAgent(), train_tasks, per_task=1, seed=self.cfg.seed, max_steps=200,
-                                 tag="expert", workers=self.cfg.rollout.workers, progress=self.progress)
-        demos = self.run_dir / "demos.parquet"
-        write_episodes_file(demos, episodes)
-        train_sft(demos, out, SFTConfig(model=c.sft_model, epochs=c.sft_epochs, seed=self.cfg.seed,
-                                        time_budget_s=c.sft_time_budget_s), progress=self.progress)
+        train_sft(self.demos(train_tasks), out, SFTConfig(model=c.sft_model, epochs=c.sft_epochs, seed=self.cfg.seed,
+                                                          time_budget_s=c.sft_time_budget_s), progress=self.progress)
 
     def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1) -> dict:
         from agentprm.eval.run import play_tasks

@@ -11,25 +11,10 @@ from agentprm.loop.algos import register_algorithm
 
 
 def demos_path(loop, train_tasks) -> Path:
-    """`inverse_prm.demos` if set; else the run's demos.parquet: the file π0's SFT trained on when it exists,
-    otherwise the expert played once per train task, exactly as that SFT plays it."""
-    c = loop.cfg
-    if c.inverse_prm.demos:
-        return Path(c.inverse_prm.demos)
-    sft_demos = loop.run_dir / "demos.parquet"
-    if c.policy0.retrain and sft_demos.exists():
-        return sft_demos
-
-    def build(out: Path) -> None:
-        from agentprm.agent.policies import ExpertAgent
-        from agentprm.data.trajectories import write_episodes_file
-        from agentprm.eval.run import play_tasks
-
-        episodes, _ = play_tasks(ExpertAgent(), train_tasks, per_task=1, seed=c.seed, max_steps=200, tag="expert",
-                                 workers=c.rollout.workers, progress=loop.progress)
-        write_episodes_file(out, episodes)
-
-    return loop.stages.run("demos", "demos.parquet", build)
+    """`inverse_prm.demos` if set; else the run's expert demos (`Loop.demos`), the same file π0's SFT trains on."""
+    if loop.cfg.inverse_prm.demos:
+        return Path(loop.cfg.inverse_prm.demos)
+    return loop.demos(train_tasks)
 
 
 @register_algorithm("inverse-prm")
