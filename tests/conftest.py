@@ -9,6 +9,9 @@
 
 Load them with `agentprm.envs.alfworld.tasks.load_tasks(generated_tasks.train)` and play one with
 `AlfWorldEnv(task.game)`. Treat the folders as read-only (copy them first if a test must modify games).
+
+`first_turns` (session): (task, the first Turn of its game, the Turn after "look") for the first train game.
+`tiny_policy` (session): folder of an untrained `tiny` policy (seed 0), as `agentprm sft` would save it.
 """
 from __future__ import annotations
 
@@ -35,3 +38,26 @@ def generated_tasks(tmp_path_factory: pytest.TempPathFactory) -> GeneratedTasks:
     for split in ("train", "eval"):
         generate_tasks(root / split, split, num, seed, progress=False)
     return GeneratedTasks(train=root / "train", eval=root / "eval", seed=seed, num=num)
+
+
+@pytest.fixture(scope="session")
+def first_turns(generated_tasks):
+    from agentprm.envs.alfworld.engine import AlfWorldEnv
+    from agentprm.envs.alfworld.tasks import load_tasks
+
+    task = load_tasks(generated_tasks.train)[0]
+    env = AlfWorldEnv(task.game)
+    first = env.reset()
+    second = env.step("look")
+    env.close()
+    return task, first, second
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory) -> Path:
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.models import build_model, build_tokenizer
+    from agentprm.policy.sft import save_policy
+
+    tok = build_tokenizer()
+    return save_policy(build_model("tiny", tok, seed=0), tok, tmp_path_factory.mktemp("pi") / "pi0", PromptConfig())

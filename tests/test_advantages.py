@@ -73,16 +73,9 @@ def test_per_token_layout_concatenates_turns():
 # ------------------------------------------------------------------ the policy-gradient update and the loop algos
 
 @pytest.fixture(scope="module")
-def start(generated_tasks):
-    from agentprm.envs.alfworld.engine import AlfWorldEnv
-    from agentprm.envs.alfworld.tasks import load_tasks
-
+def start(first_turns):
     torch.set_num_threads(1)
-    task = load_tasks(generated_tasks.train)[0]
-    env = AlfWorldEnv(task.game)
-    turn = env.reset()
-    env.close()
-    return task, turn
+    return first_turns[:2]
 
 
 def one_step_episode(task, turn, action: str, won: bool, k: int):

@@ -104,16 +104,6 @@ def test_loss_by_hand():
     assert d.tolist() == pytest.approx([3.0 - 0.5 * 2.0, 3.0])
 
 
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    from agentprm.agent.encoding import PromptConfig
-    from agentprm.models import build_model, build_tokenizer
-    from agentprm.policy.sft import save_policy
-
-    tok = build_tokenizer()
-    return save_policy(build_model("tiny", tok, seed=0), tok, tmp_path_factory.mktemp("pi") / "pi0", PromptConfig())
-
-
 def mini_inverse_config(tmp_path, generated_tasks, tiny_policy, **over) -> Path:
     cfg = {"algo": "inverse-prm", "seed": 0, "iterations": 1,
            "tasks": {"train_dir": str(generated_tasks.train), "eval_dir": str(generated_tasks.eval),

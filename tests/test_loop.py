@@ -16,16 +16,6 @@ from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 
 
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    from agentprm.agent.encoding import PromptConfig
-    from agentprm.models import build_model, build_tokenizer
-    from agentprm.policy.sft import save_policy
-
-    tok = build_tokenizer()
-    return save_policy(build_model("tiny", tok, seed=0), tok, tmp_path_factory.mktemp("pi") / "pi0", PromptConfig())
-
-
 def mini_config(tmp_path: Path, generated_tasks, tiny_policy, **over) -> Path:
     cfg = {"seed": 0, "iterations": 1,
            "tasks": {"train_dir": str(generated_tasks.train), "eval_dir": str(generated_tasks.eval)},
@@ -80,6 +70,25 @@ def check_run(run: Path, tiny_policy: Path) -> None:
     assert policy_meta["online_dpo"]["reference"].endswith("policy_0")
 
 
+def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks, tiny_policy):
+    """targets.shaping_alpha > 0: V^μ (μ = π0) is fitted once, and the iteration's targets are
+    (1 − α) Q̂ + α (A^μ + 1) / 2 instead of the plain MC Q̂."""
+    from agentprm.targets.mc import read_targets, targets_from_rollouts
+
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, targets={"shaping_alpha": 0.5},
+                      eval={"max_steps": 4, "best_of_n": []})
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    assert (run / "shaping" / "value").is_dir()
+    shaped = read_targets(run / "iter_1" / "targets.parquet")
+    assert shaped.info["shaping"]["alpha"] == 0.5
+    plain = targets_from_rollouts(run / "iter_1" / "rollouts", 1.0).table["q"].to_numpy()
+    q = shaped.table["q"].to_numpy()
+    assert len(q) == len(plain) and ((q >= 0) & (q <= 1)).all()
+    # every shaped target lies between the MC target and the advantage term, half-way: |q - plain| <= 0.5
+    assert (abs(q - plain) <= 0.5 + 1e-9).all() and (q != plain).any()
+
+
 def test_config_errors_name_the_field(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("prm: {lr: fast}\n")
@@ -89,6 +98,9 @@ def test_config_errors_name_the_field(tmp_path, capsys):
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "rollout.per_tasks" in err and len(err.strip().splitlines()) == 1
+    bad.write_text("targets: {shaping_alpha: 1.5}\n")
+    assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "targets.shaping_alpha" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 

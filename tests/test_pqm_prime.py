@@ -45,17 +45,9 @@ def test_first_error_index():
 
 
 @pytest.fixture(scope="module")
-def start(generated_tasks):
-    from agentprm.envs.alfworld.engine import AlfWorldEnv
-    from agentprm.envs.alfworld.tasks import load_tasks
-
+def start(first_turns):
     torch.set_num_threads(1)
-    task = load_tasks(generated_tasks.train)[0]
-    env = AlfWorldEnv(task.game)
-    first = env.reset()
-    second = env.step("look")
-    env.close()
-    return task, first, second
+    return first_turns
 
 
 def episode(task, turns, actions, won: bool, k: int) -> EpisodeRecord:

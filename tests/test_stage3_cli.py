@@ -9,19 +9,15 @@ from agentprm.cli import main
 
 
 @pytest.fixture(scope="module")
-def pieces(tmp_path_factory, generated_tasks):
+def pieces(tmp_path_factory, generated_tasks, tiny_policy):
     """A tiny untrained π0, a PRM initialised from it, and π0's rollouts on the train games."""
     import torch
 
-    from agentprm.agent.encoding import PromptConfig
-    from agentprm.models import build_model, build_tokenizer
-    from agentprm.policy.sft import save_policy
     from agentprm.prm.model import ProcessRewardModel
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("stage3")
-    tok = build_tokenizer()
-    policy = save_policy(build_model("tiny", tok, seed=0), tok, root / "pi0", PromptConfig())
+    policy = tiny_policy
     prm = ProcessRewardModel.init(policy, seed=0).save(root / "prm")
     assert main(["rollout", "--policy", str(policy), "--tasks", str(generated_tasks.train), "--per-task", "1",
                  "--max-steps", "3", "--temperature", "1", "--out", str(root / "rollouts")]) == 0

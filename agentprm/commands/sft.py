@@ -21,6 +21,8 @@ def register(sub) -> None:
     p.add_argument("--show-admissible", action="store_true", help="list the admissible commands in the prompt")
     p.add_argument("--renumber-copies", type=int, default=0,
                    help="augmentation: extra copies of each demo with instance numbers permuted (default 0)")
+    p.add_argument("--checkpoint-every", type=float, default=0.0, metavar="SEC",
+                   help="also save the policy every SEC training seconds to <out>-checkpoints/ (default: never)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (default: torch's choice; use 1 when other processes share the cores)")
     add_common(p)
@@ -32,6 +34,7 @@ def run(args) -> int:
     require(args.batch_size >= 1, f"--batch-size must be at least 1 (got {args.batch_size})")
     require(args.history_turns >= 0, f"--history-turns must be >= 0 (got {args.history_turns})")
     require(args.renumber_copies >= 0, f"--renumber-copies must be >= 0 (got {args.renumber_copies})")
+    require(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     import torch
 
     from agentprm.policy.sft import SFTConfig, train_sft  # imports transformers: keep `--help` fast
@@ -41,7 +44,7 @@ def run(args) -> int:
 
     cfg = SFTConfig(model=args.model, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
                     time_budget_s=args.time_budget, seed=args.seed, renumber_copies=args.renumber_copies,
-                    prompt=PromptConfig(show_admissible=args.show_admissible, history_turns=args.history_turns))
+                    checkpoint_every_s=args.checkpoint_every, prompt=PromptConfig(show_admissible=args.show_admissible, history_turns=args.history_turns))
     metrics = train_sft(args.demos, args.out, cfg)
     print(f"trained {metrics['steps']} steps on {metrics['examples']} examples in {metrics['train_seconds']:.0f} s, "
           f"final loss {metrics['final_loss']:.3f}; wrote {args.out}")

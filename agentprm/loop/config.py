@@ -43,6 +43,8 @@ class RolloutConfig:
 @dataclass
 class TargetsConfig:
     gamma: float = 1.0              # discount, counted from each turn to the episode end
+    shaping_alpha: float = 0.0      # process reward shaping (algo agentprm): mix Q̂ with π0's advantage A^μ by this
+                                    # weight (0 = off; paper 0.5); V^μ is fitted once to π0's iteration-1 rollouts
 
 
 @dataclass
@@ -179,8 +181,18 @@ def _checked(value: Any, default: Any, path: str, source: str) -> Any:
     return value
 
 
+# Fields that are shares or mixing weights: outside [0, 1] they are a typo, caught before any stage runs.
+FRACTIONS = ("targets.shaping_alpha", "exploration.reset_frac", "exploration.steer_frac")
+
+
 def from_dict(data: dict, source: str = "config") -> LoopConfig:
-    return _build(LoopConfig, data or {}, "", source)
+    cfg = _build(LoopConfig, data or {}, "", source)
+    for path in FRACTIONS:
+        section, name = path.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if not 0.0 <= value <= 1.0:
+            raise UserError(f"{source}: field '{path}' must be in [0, 1], got {value!r}")
+    return cfg
 
 
 def load_config(path: str | Path) -> LoopConfig:

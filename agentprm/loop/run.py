@@ -127,6 +127,22 @@ class Loop:
 
         return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)
 
+    def value_model(self, train_tasks) -> Path:
+        """V^μ for reward shaping, μ = π0: fitted to π0's MC returns from its iteration-1 rollouts, initialised
+        from π0 (the PRM's own settings)."""
+        from agentprm.targets.shaping import fit_value_model, value_targets
+        from agentprm.train.core import TrainConfig
+
+        c, policy0 = self.cfg, self.policy0(train_tasks)
+        rollouts = self.rollouts(1, policy0, train_tasks)
+
+        def build(out: Path) -> None:
+            states, values = value_targets(rollouts, c.targets.gamma)
+            cfg = TrainConfig(lr=c.prm.lr, epochs=c.prm.epochs, batch_size=c.prm.batch_size, seed=c.seed)
+            fit_value_model(states, values, policy0, cfg, progress=self.progress).save(out)
+
+        return self.stages.run("shaping/value", "shaping/value", build)
+
     def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
         """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` (when there is a PRM)."""
         from agentprm.agent.lm import LMAgent

@@ -39,12 +39,14 @@ class SFTConfig:
     lr: float = 1e-3               # peak learning rate (from-scratch presets like high rates; use ~1e-5 for a real LM)
     epochs: float = 3.0            # passes over the examples
     batch_size: int = 16
-    time_budget_s: float = 0.0     # stop after this many seconds (0 = none); the schedule still assumes `epochs`
+    time_budget_s: float = 0.0     # stop after this many seconds (0 = none); the LR schedule then ends there
     seed: int = 0                  # model init, example order, augmentation
     prompt: PromptConfig = field(default_factory=PromptConfig)  # how states are rendered; saved with the model
     won_only: bool = True          # train on successful demos only
     renumber_copies: int = 0       # augmentation: extra copies of each episode with object/receptacle instance
                                    # numbers permuted, so the model must read names instead of memorising them
+    checkpoint_every_s: float = 0.0  # also save the policy every this many training seconds (0 = never), to
+                                     # <out>-checkpoints/<seconds>s: the success-vs-training-time curve
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size,
@@ -119,7 +121,8 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, progr
     train_cfg = cfg.train_config()
     train_cfg.log_every = max(1, num_steps(len(examples), train_cfg) // 50)  # ~50 points on the loss curve
     prep_s = time.monotonic() - start
-    curve = train(model, examples, sft_loss, train_cfg, description="sft", progress=progress)
+    curve = train(model, examples, sft_loss, train_cfg, description="sft", progress=progress,
+                  on_log=_checkpointer(model, tokenizer, Path(out_dir), cfg), length=lambda e: len(e.input_ids))
     metrics = {"examples": len(examples), "episodes": len(episodes), "steps": curve[-1]["step"],
                "planned_steps": num_steps(len(examples), train_cfg), "train_seconds": curve[-1]["seconds"],
                "prep_seconds": round(prep_s, 2), "final_loss": curve[-1]["loss"],
@@ -127,6 +130,19 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, progr
     save_policy(model, tokenizer, out_dir, cfg.prompt, sft={"config": asdict(cfg), "metrics": metrics})
     metrics["seconds"] = round(time.monotonic() - start, 2)
     return metrics
+
+
+def _checkpointer(model, tokenizer, out_dir: Path, cfg: SFTConfig):
+    if not cfg.checkpoint_every_s:
+        return None
+    saved = [0]  # checkpoints written so far
+
+    def on_log(step: int, row: dict) -> None:
+        if row["seconds"] >= (saved[0] + 1) * cfg.checkpoint_every_s:
+            saved[0] = int(row["seconds"] // cfg.checkpoint_every_s)
+            folder = out_dir.parent / f"{out_dir.name}-checkpoints" / f"{int(row['seconds']):06d}s"
+            save_policy(model, tokenizer, folder, cfg.prompt, sft={"step": step, "seconds": row["seconds"]})
+    return on_log
 
 
 def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, **extra) -> Path:

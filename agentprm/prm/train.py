@@ -138,7 +138,8 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                                data.delta, data.eval_batch_size) for name, rows in halves.items() if len(rows)}
 
     initial = evaluate_all()
-    history = train(prm, examples, make_loss_fn(prm_loss), cfg, description=f"PRM {loss}", progress=progress)
+    history = train(prm, examples, make_loss_fn(prm_loss), cfg, description=f"PRM {loss}", progress=progress,
+                    length=lambda e: len(e[0]))  # pairs: the chosen row (same state as the rejected one)
     metrics = {"loss": loss, "init": str(init), "targets": str(targets_path), "rollouts": data.rollouts or
                targets.info.get("rollouts"), "gamma": targets.info.get("gamma"), "examples": len(examples),
                "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()},

@@ -35,18 +35,34 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def batches(examples: Sequence, batch_size: int, epochs: float, seed: int) -> Iterator[list]:
-    """Shuffled minibatches for `epochs` passes; the same seed gives the same order."""
+BUCKET_BATCHES = 32  # length bucketing sorts windows of this many batches
+
+
+def batches(examples: Sequence, batch_size: int, epochs: float, seed: int,
+            length: Callable[[object], int] | None = None) -> Iterator[list]:
+    """Shuffled minibatches for `epochs` passes; the same seed gives the same order. With `length`, each window of
+    BUCKET_BATCHES batches of the shuffled order is sorted by length before it is cut into batches (then the batches
+    are shuffled): rows of a padded batch have similar lengths. Measured on SFT prompts (74-435 tokens), random
+    batches of 16 carry 1.5x padding. Datasets smaller than one window are not bucketed."""
     rng = random.Random(seed)
     total = max(1, math.ceil(len(examples) * epochs / batch_size))
+    if len(examples) < batch_size * BUCKET_BATCHES:  # a window would span several passes: repeats in a batch
+        length = None
     order: list[int] = []
+    window: list[list[int]] = []
     for _ in range(total):
-        if len(order) < batch_size:
-            fresh = list(range(len(examples)))
-            rng.shuffle(fresh)
-            order += fresh
-        yield [examples[i] for i in order[:batch_size]]
-        order = order[batch_size:]
+        if not window:
+            while len(order) < batch_size * BUCKET_BATCHES:
+                fresh = list(range(len(examples)))
+                rng.shuffle(fresh)
+                order += fresh
+            chunk, order = order[:batch_size * BUCKET_BATCHES], order[batch_size * BUCKET_BATCHES:]
+            if length is not None:
+                chunk.sort(key=lambda i: length(examples[i]))
+            window = [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
+            if length is not None:
+                rng.shuffle(window)
+        yield [examples[i] for i in window.pop(0)]
 
 
 def num_steps(n_examples: int, cfg: TrainConfig) -> int:
@@ -55,20 +71,32 @@ def num_steps(n_examples: int, cfg: TrainConfig) -> int:
 
 def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: TrainConfig,
           description: str = "train", progress: bool = True,
-          on_log: Callable[[int, dict], bool | None] | None = None) -> list[dict]:
+          on_log: Callable[[int, dict], bool | None] | None = None,
+          length: Callable[[object], int] | None = None) -> list[dict]:
     """Optimise `loss_fn` over `examples`; returns the logged metrics (one dict per `log_every` steps).
+    `length(example)` turns on length-bucketed batches (see `batches`).
     `on_log(step, row)` sees each logged row; returning True stops training after that step (a monitor's alarm)."""
     seed_everything(cfg.seed)
     steps = num_steps(len(examples), cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(1, int(cfg.warmup_frac * steps))
+    start = time.monotonic()
+
+    def done_frac(s: int) -> float:
+        # With a time budget the cosine follows whichever runs out first, steps or seconds, so a run cut by the
+        # budget still ends at a decayed learning rate instead of mid-schedule.
+        frac = s / steps
+        if cfg.time_budget_s:
+            frac = max(frac, (time.monotonic() - start) / cfg.time_budget_s)
+        return min(1.0, frac)
+
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * done_frac(s))))
     model.train()
-    history, window, start = [], [], time.monotonic()
+    history, window = [], []
     with progress_bar(steps, description, progress) as bar:
-        for step, batch in enumerate(batches(examples, cfg.batch_size, cfg.epochs, cfg.seed), 1):
+        for step, batch in enumerate(batches(examples, cfg.batch_size, cfg.epochs, cfg.seed, length), 1):
             loss, metrics = loss_fn(model, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()

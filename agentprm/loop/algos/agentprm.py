@@ -9,7 +9,9 @@ from agentprm.loop.algos import register_algorithm
 
 @register_algorithm("agentprm")
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
+    from agentprm.prm.model import ProcessRewardModel
     from agentprm.prm.train import train_prm
+    from agentprm.targets.shaping import model_values, shape_targets
     from agentprm.targets.mc import targets_from_rollouts, write_with_info
     from agentprm.train.core import TrainConfig
 
@@ -18,6 +20,9 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
 
     def targets(out: Path) -> None:
         t = targets_from_rollouts(rollouts, c.targets.gamma)
+        if c.targets.shaping_alpha > 0:
+            t = shape_targets(t, model_values(ProcessRewardModel.load(loop.value_model(train_tasks))),
+                              c.targets.shaping_alpha, c.targets.gamma, rollouts)
         write_with_info(out, t.table, t.info)
 
     targets_path = loop.stages.run(f"{it}/targets", f"{it}/targets.parquet", targets)

@@ -1,0 +1,189 @@
+"""π0 vs number of demonstrations, over seeds, and success vs training time: the measurements behind π0's row.
+
+    python scripts/pi0_study.py --work /tmp/pi0-study                       # 3 sizes x 3 seeds, ~1.5 h on 2 cores
+    python scripts/pi0_study.py --work W --sizes 24 48 --seeds 0 --time-budget 60 --eval-games 6   # smoke run
+
+Same recipe as scripts/build_default_policy.py (generated train games -> expert demos -> `agentprm sft` ->
+`agentprm eval` on held-out floor plans), with the training demos cut to the first N train games. Every
+(size, seed) run trains with the same wall-clock budget and its own seed (init and example order); the runs of
+the largest size also save checkpoints (`--checkpoint-every`) that are evaluated for the success-vs-time curve.
+Runs go `--parallel` at a time, one torch thread each. Finished runs are skipped when rerun (resumable).
+Writes <work>/study.json, <work>/study.md and <work>/study.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import matplotlib
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from build_default_policy import SETTINGS, agentprm, games
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from agentprm.eval.summary import wilson_ci  # noqa: E402
+from agentprm.io import atomic_path, provenance, write_json, write_text  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--work", type=Path, required=True, help="folder for games, demos and runs (reused when rerun)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[120, 240, 480], help="train games per run")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
+    p.add_argument("--model", default=SETTINGS["full"]["model"])
+    p.add_argument("--epochs", type=float, default=SETTINGS["full"]["epochs"])
+    p.add_argument("--time-budget", type=float, default=SETTINGS["full"]["time_budget"], help="SFT seconds per run")
+    p.add_argument("--checkpoint-every", type=float, default=0.0,
+                   help="checkpoint interval (s) for the largest size's runs (default: a quarter of the budget)")
+    p.add_argument("--renumber-copies", type=int, default=0)
+    p.add_argument("--eval-games", type=int, default=SETTINGS["full"]["eval_games"])
+    p.add_argument("--parallel", type=int, default=2, help="runs at a time (default 2)")
+    p.add_argument("--game-seed", type=int, default=0, help="seed of the generated games (fixed across runs)")
+    p.add_argument("--workers", type=int, default=2, help="processes for game generation and demos")
+    return p.parse_args(argv)
+
+
+def subset_demos(demos: Path, train: Path, size: int, work: Path) -> Path:
+    """The demos of the first `size` train games (tasks.jsonl order)."""
+    out = work / f"demos-first{size}.parquet"
+    if not out.exists():
+        ids = [json.loads(line)["task_id"] for line in (train / "tasks.jsonl").read_text().splitlines()[:size]]
+        table = pq.read_table(demos)
+        with atomic_path(out) as tmp:
+            pq.write_table(table.filter(pc.is_in(table["task_id"], value_set=pa.array(ids))), tmp)
+    return out
+
+
+def sh(*argv) -> None:
+    cmd = ["agentprm", *map(str, argv)]
+    result = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{result.stderr[-2000:]}")
+
+
+def run_one(args, demos: Path, held_out: Path, size: int, seed: int, checkpoint_every: float) -> None:
+    run = args.work / "runs" / f"n{size}-s{seed}"
+    if not (run / "eval.json").exists():
+        sh("sft", "--demos", demos, "--out", run, "--model", args.model, "--epochs", args.epochs,
+           "--time-budget", args.time_budget, "--seed", seed, "--renumber-copies", args.renumber_copies,
+           "--checkpoint-every", checkpoint_every, "--threads", 1)
+        sh("eval", "--policy", run, "--tasks", held_out, "--seed", seed, "--workers", 1, "--json", run / "eval.json")
+    for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("*s")):
+        if not (ckpt / "eval.json").exists():
+            sh("eval", "--policy", ckpt, "--tasks", held_out, "--seed", seed, "--workers", 1,
+               "--json", ckpt / "eval.json")
+
+
+def collect(args, every: float) -> dict:
+    """Per-run rows, seeds pooled per size, and the checkpoint curve with times rounded to the interval."""
+    runs, curve = [], []
+    for size in args.sizes:
+        for seed in args.seeds:
+            run = args.work / "runs" / f"n{size}-s{seed}"
+            ev = json.loads((run / "eval.json").read_text())
+            sft = json.loads((run / "agentprm.json").read_text())["sft"]["metrics"]
+            runs.append({"size": size, "seed": seed, "successes": ev["successes"], "episodes": ev["episodes"],
+                         "success_rate": ev["success_rate"], "ci95": ev["ci95"], "examples": sft["examples"],
+                         "steps": sft["steps"], "train_seconds": sft["train_seconds"], "final_loss": sft["final_loss"]})
+            for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("*s")):
+                c = json.loads((ckpt / "eval.json").read_text())
+                curve.append({"seed": seed, "seconds": _bucket(int(ckpt.name[:-1]), every), "successes": c["successes"],
+                              "episodes": c["episodes"]})
+            if (run.parent / f"{run.name}-checkpoints").exists():
+                curve.append({"seed": seed, "seconds": _bucket(sft["train_seconds"], every), "successes": ev["successes"],
+                              "episodes": ev["episodes"]})
+    return {"runs": runs, "by_size": pool(runs, "size"), "curve": pool(curve, "seconds")}
+
+
+def _bucket(seconds: float, every: float) -> int:
+    return int(round(seconds / every) * every)
+
+
+def pool(rows: list[dict], key: str) -> list[dict]:
+    """Episodes pooled over seeds per `key` value (Wilson CI)."""
+    groups: dict = {}
+    for r in rows:
+        k = r[key]
+        groups.setdefault(k, []).append(r)
+    out = []
+    for k, items in sorted(groups.items()):
+        wins, n = sum(r["successes"] for r in items), sum(r["episodes"] for r in items)
+        out.append({key: k, "success_rate": wins / n, "ci95": list(wilson_ci(wins, n)), "episodes": n,
+                    "per_seed": {r["seed"]: r["successes"] / r["episodes"] for r in items}})
+    return out
+
+
+def markdown(study: dict, args, expert: dict) -> str:
+    lines = [f"Model `{args.model}`, SFT budget {args.time_budget:.0f} s per run (1 thread), seeds {args.seeds}, "
+             f"{args.eval_games} held-out games per eval; success pooled over seeds (Wilson 95% CI).", "",
+             "| train games | demo steps | success % | 95% CI | episodes | per seed % |", "|---|---|---|---|---|---|"]
+    steps = {r["size"]: r["examples"] for r in study["runs"]}
+    for r in study["by_size"]:
+        per_seed = ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
+        lines.append(f"| {r['size']} | {steps[r['size']]} | {100 * r['success_rate']:.1f} | "
+                     f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}] | {r['episodes']} | {per_seed} |")
+    lines.append(f"| expert (ceiling) | | {100 * expert['success_rate']:.1f} | "
+                 f"[{100 * expert['ci95'][0]:.1f}, {100 * expert['ci95'][1]:.1f}] | {expert['episodes']} | |")
+    if study["curve"]:
+        lines += ["", f"Success vs training seconds ({max(args.sizes)} games, checkpoints of each seed's run):", "",
+                  "| train seconds | success % | 95% CI | episodes |", "|---|---|---|---|"]
+        lines += [f"| {r['seconds']} | {100 * r['success_rate']:.1f} | [{100 * r['ci95'][0]:.1f}, "
+                  f"{100 * r['ci95'][1]:.1f}] | {r['episodes']} |" for r in study["curve"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(study: dict, expert: dict, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, rows, key, label in ((axes[0], study["by_size"], "size", "train games (demos)"),
+                                 (axes[1], study["curve"], "seconds", "SFT training seconds")):
+        if not rows:
+            ax.set_visible(False)
+            continue
+        xs, ys = [r[key] for r in rows], [100 * r["success_rate"] for r in rows]
+        err = [[y - 100 * r["ci95"][0] for y, r in zip(ys, rows)], [100 * r["ci95"][1] - y for y, r in zip(ys, rows)]]
+        ax.errorbar(xs, ys, yerr=err, capsize=4, marker="o", label="π0 (pooled over seeds)")
+        ax.axhline(100 * expert["success_rate"], color="gray", linestyle="--", label="expert")
+        ax.set(xlabel=label, ylabel="held-out success % (95% CI)", ylim=(0, 100))
+        ax.legend(fontsize=8)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    args.seed = args.game_seed  # the games/demos helpers of build_default_policy read args.seed
+    train, held_out = games(args.work, "train", max(args.sizes), args), games(args.work, "eval", args.eval_games, args)
+    demos = args.work / f"demos-{train.name}.parquet"
+    if not demos.exists():
+        agentprm("demos", "--tasks", train, "--out", demos, "--workers", args.workers, "--seed", args.game_seed)
+    expert_json = args.work / "expert-eval.json"
+    if not expert_json.exists():
+        agentprm("eval", "--policy", "expert", "--tasks", held_out, "--seed", args.game_seed,
+                 "--workers", args.workers, "--json", expert_json)
+    every = args.checkpoint_every or args.time_budget / 4
+    jobs = [(subset_demos(demos, train, size, args.work), size, seed, every if size == max(args.sizes) else 0.0)
+            for size in args.sizes for seed in args.seeds]
+    with ThreadPoolExecutor(args.parallel) as pool_:
+        for f in [pool_.submit(run_one, args, d, held_out, size, seed, ck) for d, size, seed, ck in jobs]:
+            f.result()
+    study, expert = collect(args, every), json.loads(expert_json.read_text())
+    study["expert"] = {k: expert[k] for k in ("success_rate", "ci95", "episodes")}
+    study["provenance"] = provenance({k: str(v) for k, v in vars(args).items()}, args.game_seed)
+    write_json(args.work / "study.json", study)
+    text = markdown(study, args, expert)
+    write_text(args.work / "study.md", text)
+    plot(study, expert, args.work / "study.png")
+    print(text)
+
+
+if __name__ == "__main__":  # env workers start by re-importing this file
+    main()
