@@ -1,19 +1,17 @@
 """Rollout throughput of an LM policy: all envs batched into one `act()` call per turn vs one env per call.
 
-    python bench/rollout_throughput.py [--games DIR] [--num-envs 8] [--max-steps 20] [--workers 2] [--mode choose]
+    python bench/rollout_throughput.py [--games DIR] [--num-envs 16] [--max-steps 20] [--workers 2]
+                                       [--mode generate|choose] [--max-new-tokens 32]
 
 Both sides play the same episodes (the first --num-envs games of --games, or that many generated eval games)
-with the same tiny untrained model in --mode (default "choose"; greedy), the same env pool (--num-envs slots, --workers
-processes) and the same engine; the only difference is that the one-at-a-time side hands the model one state
-per call. Greedy choices do not depend on the batch, so both sides must take identical actions (checked; exit
-1 if not). Prints env-steps/s for both, end to end and counting only the time spent in `act`, and the ratio
-(target >= 5x end to end).
+with the same tiny untrained model, greedy, the same env pool (--num-envs slots, --workers processes) and the same
+engine; the only difference is that the one-at-a-time side hands the model one state per call. Greedy choices do
+not depend on the batch, so both sides must take identical actions (checked; exit 1 if not). Prints env-steps/s
+for both, end to end and counting only the time spent in `act`, and the ratio (target >= 5x end to end).
 
-Measured on our 2 shared CPU cores (tiny model, 8 envs, 160 steps): choose mode 0.7-0.9x end to end (0.5-0.6x in
-act), generate mode 1.2x (2.4x in act); env stepping takes most of the wall time. The tiny model's forward is
-compute-bound on CPU (8 prompts cost the same batched or one by one), and `score_candidates` copies the
-left-padded prompt cache once per candidate, so a batch pays for its longest prompt on every candidate. Batching
-pays where per-call overhead dominates: a GPU, or token-by-token generation.
+Default: free generation of --max-new-tokens 32 tokens per reply, the length of the paper's "REASON: ... ACTION:
+..." replies (an untrained model never emits EOS, so every reply is exactly that long). `--mode choose` measures
+our tiny agent's default decoding, scoring the admissible commands; see docs/results.md for both.
 """
 from __future__ import annotations
 
@@ -56,10 +54,11 @@ class Timed:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--games", metavar="DIR", help="task folder (default: generate --num-envs eval games)")
-    p.add_argument("--num-envs", type=int, default=8, help="envs played at once = episodes (default 8)")
+    p.add_argument("--num-envs", type=int, default=16, help="envs played at once = episodes (default 16)")
     p.add_argument("--max-steps", type=int, default=20, help="steps per episode (default 20)")
     p.add_argument("--workers", type=int, default=2, help="env worker processes (default 2)")
-    p.add_argument("--mode", choices=("choose", "generate"), default="choose", help="decoding mode (default choose)")
+    p.add_argument("--mode", choices=("choose", "generate"), default="generate", help="decoding mode (default generate)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="reply length in generate mode (default 32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the numbers here")
     return p.parse_args(argv)
@@ -74,8 +73,8 @@ def bench_tasks(args: argparse.Namespace, scratch: Path) -> list[TaskSpec]:
 
 
 def run_side(tasks: list[TaskSpec], model, tok, args: argparse.Namespace, one_at_a_time: bool) -> tuple[dict, list]:
-    # an untrained model never emits EOS: cap generation at a typical action length
-    agent = Timed(LMAgent(model, tok, PromptConfig(), mode=args.mode, max_new_tokens=8), one_at_a_time)
+    agent = Timed(LMAgent(model, tok, PromptConfig(), mode=args.mode, max_new_tokens=args.max_new_tokens),
+                  one_at_a_time)
     start = time.perf_counter()
     episodes = run_episodes(episode_jobs(tasks, 1, args.seed, args.max_steps, "bench"), agent,
                             num_envs=args.num_envs, num_workers=args.workers, progress=False)

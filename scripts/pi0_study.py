@@ -1,12 +1,13 @@
 """π0 vs number of demonstrations, over seeds, and success vs training time: the measurements behind π0's row.
 
     python scripts/pi0_study.py --work /tmp/pi0-study                       # 3 sizes x 3 seeds, ~1.5 h on 2 cores
-    python scripts/pi0_study.py --work W --sizes 24 48 --seeds 0 --time-budget 60 --eval-games 6   # smoke run
+    python scripts/pi0_study.py --work W --sizes 24 48 --seeds 0 --epochs 0.2 --eval-games 6   # smoke run
 
 Same recipe as scripts/build_default_policy.py (generated train games -> expert demos -> `agentprm sft` ->
 `agentprm eval` on held-out floor plans), with the training demos cut to the first N train games. Every
-(size, seed) run trains with the same wall-clock budget and its own seed (init and example order); the runs of
-the largest size also save checkpoints (`--checkpoint-every`) that are evaluated for the success-vs-time curve.
+(size, seed) run trains for the same number of steps (more epochs on fewer games) with its own seed (init, example order, augmentation); the
+runs of the largest size also save checkpoints (`--checkpoint-every` steps) that are evaluated for the
+success-vs-training-time curve. Step counts, not seconds, fix each run, so results do not depend on the machine.
 Runs go `--parallel` at a time, one torch thread each. Finished runs are skipped when rerun (resumable).
 Writes <work>/study.json, <work>/study.md and <work>/study.png.
 """
@@ -39,11 +40,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", type=int, nargs="+", default=[120, 240, 480], help="train games per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
     p.add_argument("--model", default=SETTINGS["full"]["model"])
-    p.add_argument("--epochs", type=float, default=SETTINGS["full"]["epochs"])
-    p.add_argument("--time-budget", type=float, default=SETTINGS["full"]["time_budget"], help="SFT seconds per run")
-    p.add_argument("--checkpoint-every", type=float, default=0.0,
-                   help="checkpoint interval (s) for the largest size's runs (default: a quarter of the budget)")
-    p.add_argument("--renumber-copies", type=int, default=0)
+    p.add_argument("--epochs", type=float, default=SETTINGS["full"]["epochs"],
+                   help="epochs at the largest size; smaller sizes get proportionally more, so every run trains the "
+                   "same number of steps (equal compute, only the data differ)")
+    p.add_argument("--time-budget", type=float, default=SETTINGS["full"]["time_budget"], help="SFT seconds per run (0 = none)")
+    p.add_argument("--checkpoint-every", type=int, default=750, help="checkpoint interval (steps) for the largest "
+                   "size's runs (default 750)")
+    p.add_argument("--renumber-copies", type=int, default=SETTINGS["full"]["renumber_copies"])
     p.add_argument("--eval-games", type=int, default=SETTINGS["full"]["eval_games"])
     p.add_argument("--parallel", type=int, default=2, help="runs at a time (default 2)")
     p.add_argument("--game-seed", type=int, default=0, help="seed of the generated games (fixed across runs)")
@@ -51,39 +54,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def subset_demos(demos: Path, train: Path, size: int, work: Path) -> Path:
-    """The demos of the first `size` train games (tasks.jsonl order)."""
+def subset_demos(demos: Path, size: int, work: Path) -> Path:
+    """The demos of the first `size` train games (task ids in order; ids start with the game's index)."""
     out = work / f"demos-first{size}.parquet"
     if not out.exists():
-        ids = [json.loads(line)["task_id"] for line in (train / "tasks.jsonl").read_text().splitlines()[:size]]
         table = pq.read_table(demos)
+        ids = sorted(set(table["task_id"].to_pylist()))[:size]
         with atomic_path(out) as tmp:
             pq.write_table(table.filter(pc.is_in(table["task_id"], value_set=pa.array(ids))), tmp)
     return out
 
 
 def sh(*argv) -> None:
-    cmd = ["agentprm", *map(str, argv)]
+    cmd = [sys.executable, "-m", "agentprm", *map(str, argv)]
     result = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{result.stderr[-2000:]}")
 
 
-def run_one(args, demos: Path, held_out: Path, size: int, seed: int, checkpoint_every: float) -> None:
+def run_one(args, demos: Path, held_out: Path, size: int, seed: int, checkpoint_every: int) -> None:
     run = args.work / "runs" / f"n{size}-s{seed}"
     if not (run / "eval.json").exists():
-        sh("sft", "--demos", demos, "--out", run, "--model", args.model, "--epochs", args.epochs,
+        epochs = args.epochs * max(args.sizes) / size
+        sh("sft", "--demos", demos, "--out", run, "--model", args.model, "--epochs", epochs,
            "--time-budget", args.time_budget, "--seed", seed, "--renumber-copies", args.renumber_copies,
            "--checkpoint-every", checkpoint_every, "--threads", 1)
         sh("eval", "--policy", run, "--tasks", held_out, "--seed", seed, "--workers", 1, "--json", run / "eval.json")
-    for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("*s")):
+    for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("step-*")):
         if not (ckpt / "eval.json").exists():
             sh("eval", "--policy", ckpt, "--tasks", held_out, "--seed", seed, "--workers", 1,
                "--json", ckpt / "eval.json")
 
 
-def collect(args, every: float) -> dict:
-    """Per-run rows, seeds pooled per size, and the checkpoint curve with times rounded to the interval."""
+def collect(args) -> dict:
+    """Per-run rows, seeds pooled per size, and the checkpoint curve (pooled per step)."""
     runs, curve = [], []
     for size in args.sizes:
         for seed in args.seeds:
@@ -93,18 +97,14 @@ def collect(args, every: float) -> dict:
             runs.append({"size": size, "seed": seed, "successes": ev["successes"], "episodes": ev["episodes"],
                          "success_rate": ev["success_rate"], "ci95": ev["ci95"], "examples": sft["examples"],
                          "steps": sft["steps"], "train_seconds": sft["train_seconds"], "final_loss": sft["final_loss"]})
-            for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("*s")):
+            for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("step-*")):
                 c = json.loads((ckpt / "eval.json").read_text())
-                curve.append({"seed": seed, "seconds": _bucket(int(ckpt.name[:-1]), every), "successes": c["successes"],
+                curve.append({"seed": seed, "step": int(ckpt.name[5:]), "successes": c["successes"],
                               "episodes": c["episodes"]})
             if (run.parent / f"{run.name}-checkpoints").exists():
-                curve.append({"seed": seed, "seconds": _bucket(sft["train_seconds"], every), "successes": ev["successes"],
+                curve.append({"seed": seed, "step": sft["steps"], "successes": ev["successes"],
                               "episodes": ev["episodes"]})
-    return {"runs": runs, "by_size": pool(runs, "size"), "curve": pool(curve, "seconds")}
-
-
-def _bucket(seconds: float, every: float) -> int:
-    return int(round(seconds / every) * every)
+    return {"runs": runs, "by_size": pool(runs, "size"), "curve": pool(curve, "step")}
 
 
 def pool(rows: list[dict], key: str) -> list[dict]:
@@ -122,8 +122,10 @@ def pool(rows: list[dict], key: str) -> list[dict]:
 
 
 def markdown(study: dict, args, expert: dict) -> str:
-    lines = [f"Model `{args.model}`, SFT budget {args.time_budget:.0f} s per run (1 thread), seeds {args.seeds}, "
-             f"{args.eval_games} held-out games per eval; success pooled over seeds (Wilson 95% CI).", "",
+    secs = [r["train_seconds"] / r["steps"] for r in study["runs"]]
+    lines = [f"Model `{args.model}`, {args.epochs} epochs at {max(args.sizes)} games (same steps for all sizes), {args.renumber_copies} renumbered copies, seeds {args.seeds}, "
+             f"{args.eval_games} held-out games per eval, 50-step budget; success pooled over seeds (Wilson 95% "
+             f"CI). Training took {min(secs):.2f}-{max(secs):.2f} s/step (1 thread, 2 runs at a time).", "",
              "| train games | demo steps | success % | 95% CI | episodes | per seed % |", "|---|---|---|---|---|---|"]
     steps = {r["size"]: r["examples"] for r in study["runs"]}
     for r in study["by_size"]:
@@ -133,9 +135,9 @@ def markdown(study: dict, args, expert: dict) -> str:
     lines.append(f"| expert (ceiling) | | {100 * expert['success_rate']:.1f} | "
                  f"[{100 * expert['ci95'][0]:.1f}, {100 * expert['ci95'][1]:.1f}] | {expert['episodes']} | |")
     if study["curve"]:
-        lines += ["", f"Success vs training seconds ({max(args.sizes)} games, checkpoints of each seed's run):", "",
-                  "| train seconds | success % | 95% CI | episodes |", "|---|---|---|---|"]
-        lines += [f"| {r['seconds']} | {100 * r['success_rate']:.1f} | [{100 * r['ci95'][0]:.1f}, "
+        lines += ["", f"Success vs SFT steps ({max(args.sizes)} games, checkpoints of each seed's run):", "",
+                  "| SFT steps | success % | 95% CI | episodes |", "|---|---|---|---|"]
+        lines += [f"| {r['step']} | {100 * r['success_rate']:.1f} | [{100 * r['ci95'][0]:.1f}, "
                   f"{100 * r['ci95'][1]:.1f}] | {r['episodes']} |" for r in study["curve"]]
     return "\n".join(lines) + "\n"
 
@@ -143,7 +145,7 @@ def markdown(study: dict, args, expert: dict) -> str:
 def plot(study: dict, expert: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for ax, rows, key, label in ((axes[0], study["by_size"], "size", "train games (demos)"),
-                                 (axes[1], study["curve"], "seconds", "SFT training seconds")):
+                                 (axes[1], study["curve"], "step", "SFT steps (batch 16)")):
         if not rows:
             ax.set_visible(False)
             continue
@@ -161,21 +163,21 @@ def plot(study: dict, expert: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.seed = args.game_seed  # the games/demos helpers of build_default_policy read args.seed
-    train, held_out = games(args.work, "train", max(args.sizes), args), games(args.work, "eval", args.eval_games, args)
-    demos = args.work / f"demos-{train.name}.parquet"
+    held_out = games(args.work, "eval", args.eval_games, args)
+    demos = args.work / f"demos-train-{max(args.sizes)}-s{args.game_seed}.parquet"  # build_default_policy's name
     if not demos.exists():
+        train = games(args.work, "train", max(args.sizes), args)
         agentprm("demos", "--tasks", train, "--out", demos, "--workers", args.workers, "--seed", args.game_seed)
     expert_json = args.work / "expert-eval.json"
     if not expert_json.exists():
         agentprm("eval", "--policy", "expert", "--tasks", held_out, "--seed", args.game_seed,
                  "--workers", args.workers, "--json", expert_json)
-    every = args.checkpoint_every or args.time_budget / 4
-    jobs = [(subset_demos(demos, train, size, args.work), size, seed, every if size == max(args.sizes) else 0.0)
-            for size in args.sizes for seed in args.seeds]
+    jobs = [(subset_demos(demos, size, args.work), size, seed, args.checkpoint_every if size == max(args.sizes) else 0)
+            for size in sorted(args.sizes, reverse=True) for seed in args.seeds]  # the largest (π0's) first
     with ThreadPoolExecutor(args.parallel) as pool_:
         for f in [pool_.submit(run_one, args, d, held_out, size, seed, ck) for d, size, seed, ck in jobs]:
             f.result()
-    study, expert = collect(args, every), json.loads(expert_json.read_text())
+    study, expert = collect(args), json.loads(expert_json.read_text())
     study["expert"] = {k: expert[k] for k in ("success_rate", "ci95", "episodes")}
     study["provenance"] = provenance({k: str(v) for k, v in vars(args).items()}, args.game_seed)
     write_json(args.work / "study.json", study)

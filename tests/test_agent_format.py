@@ -93,13 +93,28 @@ def test_parse_goal(task, goal):
     assert parse_goal(task) == goal
 
 
+def test_found_marks_sightings_at_the_agents_location():
+    def found(state):
+        return state_to_messages(state)[1]["content"].split("\n")[2]
+
+    states = play(SCRIPT)
+    assert found(states[5]) == "Found: nothing"                           # at cabinet 1, bread not seen yet
+    assert found(states[6]) == "Found: bread 3 at garbagecan 1 (here)"    # arrived where the bread is
+    assert found(states[7]) == "Found: nothing"                           # held: not a sighting any more
+    moved_on = states[6].advance("go to fridge 1", Turn(task=TASK, observation="You arrive at fridge 1. "
+                                                        "The fridge 1 is closed.", admissible=("look",)))
+    assert found(moved_on) == "Found: bread 3 at garbagecan 1"
+
+
 def test_messages_put_task_held_object_and_sightings_first(tok):
     state = play(SCRIPT[:9])[-1]
     system, user = state_to_messages(state, show_admissible=True, history_turns=1)
     assert (system["role"], user["role"]) == ("system", "user")
     lines = user["content"].split("\n")
     assert lines[:3] == [f"Task: {TASK}", "Holding: bread 3 (hot)", "Found: nothing"]
-    assert lines[3].startswith("Room: cabinet 1 (closed), cabinet 2, countertop 1, fridge 1, garbagecan 1 (tomato 1)")
+    # search order: the first observation's listing read backwards, the visited ones with what was seen there
+    assert lines[3] == ("Room: toaster 1, microwave 1 (egg 1), garbagecan 1 (tomato 1), fridge 1, countertop 1, "
+                        "cabinet 1 (closed), cabinet 2")
     assert lines[4:] == ["Location: microwave 1",
                          "Before: go to microwave 1 -> You arrive at microwave 1. The microwave 1 is closed.",
                          "Now: heat bread 3 with microwave 1 -> You heat the bread 3 using the microwave 1.",

@@ -18,6 +18,14 @@ def test_bundled_policy_loads_and_records_its_eval():
     assert ev["episodes"] >= 36 and ev["ci95"][0] <= ev["success_rate"] <= ev["ci95"][1]
 
 
+def test_bundled_policy_speaks_the_current_prompt_format():
+    """Its vocabulary is the one the current format and env text build: a prompt-format change that adds a word
+    must rebuild the bundled π0 (scripts/build_default_policy.py), or its prompts would carry <unk>."""
+    from agentprm.models import build_tokenizer, load_tokenizer
+
+    assert load_tokenizer(DEFAULT_POLICY).get_vocab() == build_tokenizer().get_vocab()
+
+
 def test_atomic_writes_are_readable_by_others(tmp_path):
     old = os.umask(0o022)
     try:

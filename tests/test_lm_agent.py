@@ -94,6 +94,32 @@ def test_greedy_at_temperature_zero_repeats_one_reply(model, tok, states_turns):
         assert len(set(replies)) == 1
 
 
+def test_packed_candidate_scores_equal_plain_forward_passes(model, tok, states_turns):
+    """Packing a prompt and all its candidates behind a 4-D mask scores each candidate exactly as a plain forward
+    over prompt + candidate does, also when the mask budget splits the batch."""
+    from agentprm.agent import scoring
+    from agentprm.agent.encoding import reply_ids
+
+    states = states_turns[0][:4]
+    prompts = [prompt_ids(tok, s, PromptConfig()) for s in states]
+    cands = [[reply_ids(tok, a) for a in s.admissible] for s in states]
+    got = scoring.score_candidates(model, prompts, cands, tok.pad_token_id)
+    for prompt, cs, scores in zip(prompts, cands, got):
+        assert scores.shape == (len(cs),)
+        for c, score in zip(cs, scores):
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([list(prompt) + c])).logits[0].float(), -1)
+            want = sum(float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(c))
+            assert float(score) == pytest.approx(want, abs=1e-4)
+    budget = scoring.MAX_MASK_ELEMENTS
+    try:
+        scoring.MAX_MASK_ELEMENTS = 1   # one prompt per forward
+        split = scoring.score_candidates(model, prompts, cands, tok.pad_token_id)
+    finally:
+        scoring.MAX_MASK_ELEMENTS = budget
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, split))
+
+
 def test_cached_batched_generation_equals_plain_greedy_decoding(model, tok, states_turns):
     prompts = [prompt_ids(tok, s, PromptConfig()) for s in states_turns[0][:4]]
     backend = HFBackend(model, tok.pad_token_id, tok.eos_token_id)

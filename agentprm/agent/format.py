@@ -4,16 +4,19 @@ A prompt is a system message and one user message rendering an `AgentState`, mos
 
     Task: put some peppershaker on cabinet.
     Holding: nothing
-    Found: peppershaker 1 at drawer 1
-    Room: cabinet 1, cabinet 2 (closed), countertop 1 (nothing), drawer 1 (creditcard 3, peppershaker 1), ...
+    Found: peppershaker 1 at drawer 1 (here)
+    Room: toaster 1, stoveburner 1, ..., drawer 1 (creditcard 3, peppershaker 1), countertop 1 (nothing), ...
     Location: drawer 1
     Before: go to drawer 1 -> You arrive at drawer 1. The drawer 1 is closed.
     Now: open drawer 1 -> You open the drawer 1. The drawer 1 is open. In it, you see a creditcard 3, ...
     Actions: close drawer 1 | go to cabinet 1 | ...                     (only with show_admissible=True)
 
 "Found" lists where objects of the task's object (and lamp) type were seen, so a small model can copy the
-name instead of searching the room listing for it. "Room" lists every receptacle in the room (natural order);
-a visited one carries what was last seen in it. The welcome text of the first observation repeats the task
+name instead of searching the room listing for it; "(here)" marks the ones at the agent's location, where they can
+be taken. "Room" lists every receptacle in the room in search order: the first observation's listing read
+backwards (instance numbers ascending, as ALFWorld's expert searches; renumbering augmentation keeps this
+consistent because it renames the listing too), so the next place to look is the first bare name that fits the
+object. A visited receptacle carries what was last seen in it ("closed" when seen closed and not opened). The welcome text of the first observation repeats the task
 and the listing, so "Now" shows only its first sentence. Length with the default history, measured on a
 29-receptacle kitchen holding 50 objects: ~140 tokens at the start, ~430 once every receptacle was visited;
 show_admissible adds ~5 tokens per admissible action.
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from agentprm.agent.state import AgentState, object_type
+from agentprm.agent.state import AgentState
 
 SYSTEM_PROMPT = "You are a household robot. Reply with the next action."
 DEFAULT_HISTORY_TURNS = 2
@@ -35,7 +38,7 @@ _REASON_RE = re.compile(r"^\s*REASON\s*:", re.I)
 
 # Every fixed string this module writes: the tokenizer's vocabulary includes their words.
 TEMPLATE_TEXT = (SYSTEM_PROMPT, _START_OBSERVATION, REASON_MARK, ACTION_MARK,
-                 "Task: Holding: Found: Room: Location: Before: Now: Actions: -> | , ( ) at nothing none",
+                 "Task: Holding: Found: Room: Location: Before: Now: Actions: -> | , ( ) at nothing none here",
                  "hot cool clean closed")
 
 
@@ -46,7 +49,7 @@ def state_to_messages(state: AgentState, *, show_admissible: bool = False,
     start = _START_OBSERVATION if state.room else state.observation  # the welcome text repeats task and room
     *earlier, current = state.recent or [("", start)]
     held = f"{state.holding} ({', '.join(state.held_state)})" if state.held_state else state.holding
-    found = ", ".join(f"{o} at {r}" for o, r in state.sightings())
+    found = ", ".join(f"{o} at {r} (here)" if r == state.location else f"{o} at {r}" for o, r in state.sightings())
     lines = [
         f"Task: {state.task}",
         f"Holding: {held or 'nothing'}",
@@ -94,7 +97,7 @@ def _turn(action: str, observation: str) -> str:
 
 def _room(state: AgentState) -> str:
     known = dict(state.memory)
-    names = sorted({*state.room, *known}, key=lambda n: (object_type(n), int(n.rsplit(" ", 1)[1])))
+    names = [*reversed(state.room), *(n for n in known if n not in state.room)]
     return ", ".join(f"{n} ({_contents(known[n])})" if n in known else n for n in names)
 
 

@@ -4,8 +4,9 @@ Used by the "choose" decoding mode (pick among the admissible commands) and by D
 log π(reply | state). Token-in-token-out: prompt and reply are tokenised separately and concatenated, so the
 scored ids are exactly the ids a trainer sees (no decode/re-encode drift between turns).
 
-Prompts are left-padded and position ids are derived from the attention mask, so a row's score does not depend
-on what else is in the batch (tests check batched == one-at-a-time).
+A row's score does not depend on what else is in the batch: candidates are packed per prompt behind a 4-D mask
+(`score_candidates`), generation left-pads prompts and derives position ids from the attention mask (tests check
+batched == one-at-a-time).
 """
 from __future__ import annotations
 
@@ -43,49 +44,73 @@ def positions(mask: torch.Tensor, offset: torch.Tensor | None = None) -> torch.T
     return pos.clamp(min=0)
 
 
+MAX_MASK_ELEMENTS = 2 ** 25  # packed rows per forward: batch x length^2 of the 4-D mask stays under this
+
+
 @torch.no_grad()
 def score_candidates(model, prompt_ids: Sequence[Sequence[int]], candidate_ids: Sequence[Sequence[Sequence[int]]],
-                     pad_id: int, chunk: int = 512) -> list[torch.Tensor]:
-    """Sum of token log-probs of each candidate given its prompt: one tensor of shape (n_candidates,) per prompt."""
-    device = next(model.parameters()).device
-    p_ids, p_mask = left_pad(prompt_ids, pad_id)
-    p_ids, p_mask = p_ids.to(device), p_mask.to(device)
-    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=positions(p_mask), use_cache=True)
-    first_logp = F.log_softmax(out.logits[:, -1].float(), -1)          # next-token dist after each prompt
-    cache, prompt_len = out.cache, p_mask.sum(-1)
-    owners = [i for i, cands in enumerate(candidate_ids) for _ in cands]
-    flat = [c for cands in candidate_ids for c in cands]
-    scores = torch.empty(len(flat))
-    for lo in range(0, len(flat), chunk):
-        idx = torch.tensor(owners[lo:lo + chunk], device=device)
-        scores[lo:lo + chunk] = _score_chunk(model, cache, idx, p_mask, prompt_len, first_logp,
-                                             flat[lo:lo + chunk], pad_id)
-    return list(torch.split(scores, [len(c) for c in candidate_ids]))
+                     pad_id: int) -> list[torch.Tensor]:
+    """Sum of token log-probs of each candidate given its prompt: one tensor of shape (n_candidates,) per prompt.
+
+    Each prompt and all its candidates go into one packed row, prompt first, then every candidate's tokens but
+    the last; a 4-D attention mask lets a candidate see the prompt and its own earlier tokens only, and its
+    position ids continue from the prompt's end, so it is scored exactly as if it followed the prompt alone.
+    One forward per batch of rows, with no per-candidate copy of the prompt's KV cache (2.8x faster on CPU with
+    12 prompts and 271 admissible commands). Needs an attention implementation that takes a 4-D mask (eager or
+    sdpa, the Hugging Face default)."""
+    rows = [_pack(p, cands) for p, cands in zip(prompt_ids, candidate_ids)]
+    scores: list[torch.Tensor] = []
+    lo = 0
+    while lo < len(rows):  # as many rows per forward as the mask budget allows (at least one)
+        hi = lo + 1
+        while hi < len(rows) and (hi + 1 - lo) * max(len(r[0]) for r in rows[lo:hi + 1]) ** 2 <= MAX_MASK_ELEMENTS:
+            hi += 1
+        scores += _score_rows(model, rows[lo:hi], pad_id)
+        lo = hi
+    return scores
 
 
-def _score_chunk(model, cache, idx, p_mask, prompt_len, first_logp, cands, pad_id) -> torch.Tensor:
-    c_ids, c_mask = right_pad(cands, pad_id)
-    c_ids, c_mask = c_ids.to(idx.device), c_mask.to(idx.device)
-    logp = first_logp[idx].gather(-1, c_ids[:, :1]).squeeze(-1)
-    if c_ids.shape[1] > 1:
-        sub = _select(cache, idx)
-        mask = torch.cat([p_mask[idx], c_mask[:, :-1]], dim=1)
-        out = model(input_ids=c_ids[:, :-1], attention_mask=mask, cache=sub,
-                    position_ids=positions(c_mask[:, :-1], prompt_len[idx]), use_cache=True)
-        tok = F.log_softmax(out.logits.float(), -1).gather(-1, c_ids[:, 1:, None]).squeeze(-1)
-        logp = logp + (tok * c_mask[:, 1:]).sum(-1)
-    return logp.cpu()
+def _pack(prompt: Sequence[int], cands: Sequence[Sequence[int]]):
+    """(ids, segment, position, predictions): segment 0 = prompt, k = candidate k; predictions[k] lists
+    (position whose logits predict the token, token) for candidate k's tokens."""
+    ids, seg, pos = list(prompt), [0] * len(prompt), list(range(len(prompt)))
+    predictions = []
+    for k, c in enumerate(cands, 1):
+        start = len(ids)
+        ids += c[:-1]
+        seg += [k] * (len(c) - 1)
+        pos += range(len(prompt), len(prompt) + len(c) - 1)
+        predictions.append([(len(prompt) - 1, c[0])] + [(start + j - 1, c[j]) for j in range(1, len(c))])
+    return ids, seg, pos, predictions
 
 
-def _select(cache, idx: torch.Tensor):
-    """A copy of the prompt cache with rows repeated/selected for this chunk of candidates."""
-    from transformers import DynamicCache
-
-    layers = [(layer.keys.index_select(0, idx), layer.values.index_select(0, idx)) for layer in cache.layers]
-    new = DynamicCache()
-    for i, (k, v) in enumerate(layers):
-        new.update(k, v, i)
-    return new
+def _score_rows(model, rows, pad_id: int) -> list[torch.Tensor]:
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    width = max(len(r[0]) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    seg = torch.full((len(rows), width), -1, dtype=torch.long)   # -1: padding
+    pos = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r_ids, r_seg, r_pos, _) in enumerate(rows):
+        ids[i, :len(r_ids)], seg[i, :len(r_ids)], pos[i, :len(r_ids)] = (
+            torch.tensor(r_ids), torch.tensor(r_seg), torch.tensor(r_pos))
+    query, key = seg[:, :, None], seg[:, None, :]
+    allowed = torch.ones(width, width, dtype=torch.bool).tril() & (key >= 0) & ((key == 0) | (key == query))
+    allowed |= torch.eye(width, dtype=torch.bool)  # a padding position attends to itself: no all-masked row
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                 position_ids=pos.to(device)).last_hidden_state
+    owner, at, token, sizes = [], [], [], []
+    for i, (*_, predictions) in enumerate(rows):
+        for cand in predictions:
+            sizes.append(len(cand))
+            for p, t in cand:
+                owner.append(i), at.append(p), token.append(t)
+    if not sizes:
+        return [torch.zeros(0) for _ in rows]
+    logits = model.get_output_embeddings()(hidden[torch.tensor(owner, device=device), torch.tensor(at, device=device)])
+    logp = F.log_softmax(logits.float(), -1).gather(-1, torch.tensor(token, device=device)[:, None]).squeeze(-1)
+    per_cand = torch.stack([t.sum() for t in torch.split(logp.cpu(), sizes)])
+    return list(torch.split(per_cand, [len(r[3]) for r in rows]))
 
 
 def reply_logprobs(model, prompt_ids: Sequence[Sequence[int]], reply_ids: Sequence[Sequence[int]],

@@ -21,8 +21,8 @@ def register(sub) -> None:
     p.add_argument("--show-admissible", action="store_true", help="list the admissible commands in the prompt")
     p.add_argument("--renumber-copies", type=int, default=0,
                    help="augmentation: extra copies of each demo with instance numbers permuted (default 0)")
-    p.add_argument("--checkpoint-every", type=float, default=0.0, metavar="SEC",
-                   help="also save the policy every SEC training seconds to <out>-checkpoints/ (default: never)")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
+                   help="also save the policy every STEPS steps to <out>-checkpoints/ (default: never)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (default: torch's choice; use 1 when other processes share the cores)")
     add_common(p)
@@ -44,7 +44,8 @@ def run(args) -> int:
 
     cfg = SFTConfig(model=args.model, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
                     time_budget_s=args.time_budget, seed=args.seed, renumber_copies=args.renumber_copies,
-                    checkpoint_every_s=args.checkpoint_every, prompt=PromptConfig(show_admissible=args.show_admissible, history_turns=args.history_turns))
+                    checkpoint_every=args.checkpoint_every,
+                    prompt=PromptConfig(show_admissible=args.show_admissible, history_turns=args.history_turns))
     metrics = train_sft(args.demos, args.out, cfg)
     print(f"trained {metrics['steps']} steps on {metrics['examples']} examples in {metrics['train_seconds']:.0f} s, "
           f"final loss {metrics['final_loss']:.3f}; wrote {args.out}")

@@ -45,8 +45,8 @@ class SFTConfig:
     won_only: bool = True          # train on successful demos only
     renumber_copies: int = 0       # augmentation: extra copies of each episode with object/receptacle instance
                                    # numbers permuted, so the model must read names instead of memorising them
-    checkpoint_every_s: float = 0.0  # also save the policy every this many training seconds (0 = never), to
-                                     # <out>-checkpoints/<seconds>s: the success-vs-training-time curve
+    checkpoint_every: int = 0      # also save the policy every this many steps (0 = never) to
+                                   # <out>-checkpoints/step-<n>: the success-vs-training-time curve
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size,
@@ -133,14 +133,14 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, progr
 
 
 def _checkpointer(model, tokenizer, out_dir: Path, cfg: SFTConfig):
-    if not cfg.checkpoint_every_s:
+    if not cfg.checkpoint_every:
         return None
     saved = [0]  # checkpoints written so far
 
-    def on_log(step: int, row: dict) -> None:
-        if row["seconds"] >= (saved[0] + 1) * cfg.checkpoint_every_s:
-            saved[0] = int(row["seconds"] // cfg.checkpoint_every_s)
-            folder = out_dir.parent / f"{out_dir.name}-checkpoints" / f"{int(row['seconds']):06d}s"
+    def on_log(step: int, row: dict) -> None:  # called every log_every steps: saves at the first log past a multiple
+        if step >= (saved[0] + 1) * cfg.checkpoint_every:
+            saved[0] = step // cfg.checkpoint_every
+            folder = out_dir.parent / f"{out_dir.name}-checkpoints" / f"step-{step:06d}"
             save_policy(model, tokenizer, folder, cfg.prompt, sft={"step": step, "seconds": row["seconds"]})
     return on_log
 
