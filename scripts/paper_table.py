@@ -18,8 +18,8 @@ from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.run import Loop
 
-PAPER = {("pi0", 1): 64.9, ("pi1", 1): 73.9, ("pi2", 1): 85.8, ("pi3", 1): 88.1}
-PAPER_BON = 91.0   # Best-of-N (N = 16) on π3 with Q3
+# (policy, Best-of-N) -> the paper's success %; its only Best-of-N number is N = 16 on π3 with Q3
+PAPER = {("pi0", 1): 64.9, ("pi1", 1): 73.9, ("pi2", 1): 85.8, ("pi3", 1): 88.1, ("pi3", 16): 91.0}
 
 
 def markdown(rows: list[dict], seeds: list[int], config: str) -> str:
@@ -27,7 +27,7 @@ def markdown(rows: list[dict], seeds: list[int], config: str) -> str:
              "| policy | Best-of-N | success % | 95% CI | episodes | per seed % | paper % |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
-        paper = PAPER.get((r["policy"], r["best_of_n"]), PAPER_BON if r["best_of_n"] > 1 else None)
+        paper = PAPER.get((r["policy"], r["best_of_n"]))
         per_seed = ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
         lines.append(f"| {r['policy']} | {r['best_of_n']} | {100 * r['success_rate']:.1f} | "
                      f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}] | {r['episodes']} | {per_seed} | "

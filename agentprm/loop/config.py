@@ -14,8 +14,8 @@ from agentprm.errors import UserError
 
 @dataclass
 class TasksConfig:
-    train: int = 12                 # generated train games (ignored when train_dir is set)
-    eval: int = 24                  # generated eval games, floor plans disjoint from train
+    train: int = 24                 # generated train games (ignored when train_dir is set)
+    eval: int = 36                  # generated eval games, floor plans disjoint from train
     types: list[str] | None = None  # task types (default: all six, balanced)
     train_dir: str | None = None    # use an existing task folder (generated or official ALFWorld) instead
     eval_dir: str | None = None
@@ -32,11 +32,11 @@ class Policy0Config:
 
 @dataclass
 class RolloutConfig:
-    per_task: int = 4               # rollouts of π_{i-1} per train task (paper: 16)
+    per_task: int = 6               # rollouts of π_{i-1} per train task (paper: 16)
     temperature: float = 1.0        # exploration during stage-1 rollouts
     mode: str = "choose"            # "choose" among admissible commands, or free "generate"
-    max_steps: int = 25
-    num_envs: int = 8
+    max_steps: int = 30
+    num_envs: int = 16
     workers: int | None = None      # env worker processes (default: CPU count)
 
 
@@ -62,7 +62,7 @@ class PolicyUpdateConfig:
     beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03)
     samples_per_state: int = 4
     temperature: float = 1.0
-    steps: int = 40
+    steps: int = 60
     batch_size: int = 8
     lr: float = 2e-4
 
@@ -70,7 +70,7 @@ class PolicyUpdateConfig:
 @dataclass
 class EvalConfig:
     episodes_per_task: int = 1
-    max_steps: int = 25
+    max_steps: int = 30
     best_of_n: list[int] = field(default_factory=lambda: [4])   # Best-of-N with Q_i after each iteration
     bon_temperature: float = 1.0
 
