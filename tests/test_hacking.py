@@ -17,8 +17,8 @@ from agentprm.policy.online_dpo import OnlineDPOConfig, train_online_dpo
 from agentprm.train.core import TrainConfig, train
 
 COMMANDS = ("look", "inventory", "help", "go to desk 1")
-HACK = "inventory"   # Q_i loves it, the rest of the ensemble does not: Q there is unsupported
-SAFE = "look"        # every PRM agrees on it
+HACK = "inventory"   # in the probe test: a reply Q_i ranks low
+SAFE = "look"        # in the probe test: a reply Q_i ranks high
 
 
 class TablePRM:
@@ -44,11 +44,23 @@ def tiny_policy(seed: int = 0) -> LMAgent:
     return LMAgent(build_model("tiny", tok, seed=seed), tok, seed=0)
 
 
-def run(preferred: str, states, cfg: HackingConfig, steps: int = 12) -> tuple[HackingDetector, list[dict]]:
+@pytest.fixture(scope="module")
+def roles(states) -> tuple[str, str]:
+    """(hack, safe): two commands the untrained policy does not already choose greedily on the monitored states,
+    so that moving to either is a rise of Q_i the detector can see (which ones depends on the random init).
+    Q_i loves `hack` but the rest of the ensemble does not (Q there is unsupported); every PRM agrees on `safe`."""
+    chosen = set(tiny_policy().act(states[:4], [None] * 4))
+    hack, safe = [c for c in COMMANDS if c not in chosen][:2]
+    return hack, safe
+
+
+def run(preferred: str, states, cfg: HackingConfig, roles: tuple[str, str],
+        steps: int = 12) -> tuple[HackingDetector, list[dict]]:
     """Online DPO toward `preferred` under Q_i, watched on `states[:4]`, trained on `states[4:]`. The ensemble
-    agrees with Q_i everywhere except on HACK (0.0 and 0.4 there instead of Q_i's value)."""
-    prm = TablePRM({preferred: 1.0, SAFE: 1.0 if preferred == SAFE else 0.2})
-    others = [TablePRM({**prm.table, HACK: 0.0}), TablePRM({**prm.table, HACK: 0.4})]
+    agrees with Q_i everywhere except on the hack reply (0.0 and 0.4 there instead of Q_i's value)."""
+    hack, safe = roles
+    prm = TablePRM({preferred: 1.0, safe: 1.0 if preferred == safe else 0.2})
+    others = [TablePRM({**prm.table, hack: 0.0}), TablePRM({**prm.table, hack: 0.4})]
     policy = tiny_policy()
     detector = HackingDetector(policy, prm, others, states[:4], cfg, seed=0)
     dpo = OnlineDPOConfig(beta=0.1, samples_per_state=4, temperature=1.0, steps=steps, batch_size=4, lr=1e-2, seed=0)
@@ -69,10 +81,10 @@ def test_core_stops_when_on_log_returns_true():
     assert calls == [2, 4] and [h["step"] for h in history] == [2, 4]
 
 
-def test_policy_moving_to_unsupported_replies_raises_the_alarm(states):
+def test_policy_moving_to_unsupported_replies_raises_the_alarm(states, roles):
     cfg = HackingConfig(check_every=4, samples_per_state=4, prm_rise=0.2, std_rise=0.05)
     with pytest.warns(HackingWarning, match="PRM score"):
-        detector, history = run(HACK, states, cfg)
+        detector, history = run(roles[0], states, cfg, roles)
     base, last = detector.checks[0], detector.checks[-1]
     assert base["step"] == 0 and not base["alarm"]
     assert last["prm"] > base["prm"] + 0.2 and last["ens_std"] > base["ens_std"] + 0.05
@@ -84,20 +96,20 @@ def test_policy_moving_to_unsupported_replies_raises_the_alarm(states):
     assert last["kl"] > 0.1   # π_θ moved away from π_{i-1}
 
 
-def test_policy_moving_to_agreed_replies_does_not(states):
+def test_policy_moving_to_agreed_replies_does_not(states, roles):
     cfg = HackingConfig(check_every=4, samples_per_state=4, prm_rise=0.2, std_rise=0.05)
     with warnings.catch_warnings():
         warnings.simplefilter("error", HackingWarning)
-        detector, _ = run(SAFE, states, cfg)
+        detector, _ = run(roles[1], states, cfg, roles)
     assert detector.checks[-1]["prm"] > detector.checks[0]["prm"] + 0.2   # Q_i rose just as much …
     assert detector.checks[-1]["ens_std"] <= detector.checks[0]["ens_std"] + 0.05   # … where the ensemble agrees
     assert detector.alarm_step is None and not any(c["alarm"] for c in detector.checks)
 
 
-def test_stop_on_alarm_ends_training_at_the_alarming_check(states):
+def test_stop_on_alarm_ends_training_at_the_alarming_check(states, roles):
     cfg = HackingConfig(check_every=4, samples_per_state=4, prm_rise=0.2, std_rise=0.05, stop_on_alarm=True)
     with pytest.warns(HackingWarning):
-        detector, history = run(HACK, states, cfg)
+        detector, history = run(roles[0], states, cfg, roles)
     assert detector.alarm_step is not None and detector.alarm_step < 12
     assert history[-1]["step"] == detector.alarm_step and detector.checks[-1]["step"] == detector.alarm_step
 
