@@ -112,3 +112,10 @@ def test_shipped_configs_load(config):
 
     cfg = load_config(config)
     assert get_algorithm(cfg.algo) and cfg.iterations >= 1
+
+
+def test_quickstart_yaml_spells_out_the_quickstart_defaults():
+    """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to LoopConfig()."""
+    from agentprm.loop.config import LoopConfig, load_config
+
+    assert load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml") == LoopConfig()

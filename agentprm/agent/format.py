@@ -16,8 +16,8 @@ name instead of searching the room listing for it; "(here)" marks the ones at th
 be taken. "Room" lists every receptacle in the room in search order: the first observation's listing read
 backwards (instance numbers ascending, as ALFWorld's expert searches; renumbering augmentation keeps this
 consistent because it renames the listing too), so the next place to look is the first bare name that fits the
-object. A visited receptacle carries what was last seen in it ("closed" when seen closed and not opened). The welcome text of the first observation repeats the task
-and the listing, so "Now" shows only its first sentence. Length with the default history, measured on a
+object. A visited receptacle carries what was last seen in it ("closed" when seen closed and not opened). The
+welcome text of the first observation repeats the task and the listing, so "Now" shows only its first sentence. Length with the default history, measured on a
 29-receptacle kitchen holding 50 objects: ~140 tokens at the start, ~430 once every receptacle was visited;
 show_admissible adds ~5 tokens per admissible action.
 
