@@ -15,7 +15,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from agentprm.eval.summary import pooled_rows
+from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.run import Loop
@@ -65,15 +65,11 @@ def markdown(table: list[tuple[str, dict, float]], search: list[dict], seeds: li
     lines = [f"Config `{config}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall time summed "
              "over seeds.", "", "| method | policy | success % | 95% CI | episodes | per seed % | wall s |",
              "|---|---|---|---|---|---|---|"]
-    for method, r, wall in table:
-        per_seed = ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
-        lines.append(f"| {method} | {r['policy']} | {100 * r['success_rate']:.1f} | [{100 * r['ci95'][0]:.1f}, "
-                     f"{100 * r['ci95'][1]:.1f}] | {r['episodes']} | {per_seed} | {wall:.0f} |")
+    lines += [f"| {method} | {r['policy']} | {rate_cells(r)} | {per_seed_cell(r)} | {wall:.0f} |"
+              for method, r, wall in table]
     if search:
         lines += ["", "| test-time search (samples/turn) | success % | 95% CI | episodes |", "|---|---|---|---|"]
-        for r in search:
-            lines.append(f"| {r['policy']} ({r['best_of_n']}) | {100 * r['success_rate']:.1f} | "
-                         f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}] | {r['episodes']} |")
+        lines += [f"| {r['policy']} ({r['best_of_n']}) | {rate_cells(r)} |" for r in search]
     return "\n".join(lines) + "\n"
 
 

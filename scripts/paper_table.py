@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from agentprm.eval.summary import pooled_rows
+from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.run import Loop
@@ -28,9 +28,7 @@ def markdown(rows: list[dict], seeds: list[int], config: str) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         paper = PAPER.get((r["policy"], r["best_of_n"]))
-        per_seed = ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
-        lines.append(f"| {r['policy']} | {r['best_of_n']} | {100 * r['success_rate']:.1f} | "
-                     f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}] | {r['episodes']} | {per_seed} | "
+        lines.append(f"| {r['policy']} | {r['best_of_n']} | {rate_cells(r)} | {per_seed_cell(r)} | "
                      f"{'' if paper is None else paper} |")
     return "\n".join(lines) + "\n"
 

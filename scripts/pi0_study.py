@@ -1,15 +1,18 @@
 """π0 vs number of demonstrations, over seeds, and success vs training time: the measurements behind π0's row.
 
-    python scripts/pi0_study.py --work /tmp/pi0-study                       # 3 sizes x 3 seeds, ~1.5 h on 2 cores
+    python scripts/pi0_study.py --work /tmp/pi0-study        # 3 sizes x 3 seeds, ~3.5 h on 2 cores (see below)
     python scripts/pi0_study.py --work W --sizes 24 48 --seeds 0 --epochs 0.2 --eval-games 6   # smoke run
 
 Same recipe as scripts/build_default_policy.py (generated train games -> expert demos -> `agentprm sft` ->
 `agentprm eval` on held-out floor plans), with the training demos cut to the first N train games. Every
-(size, seed) run trains for the same number of steps (more epochs on fewer games) with its own seed (init, example order, augmentation); the
-runs of the largest size also save checkpoints (`--checkpoint-every` steps) that are evaluated for the
-success-vs-training-time curve. Step counts, not seconds, fix each run, so results do not depend on the machine.
+(size, seed) run trains for the same number of steps (more epochs on fewer games) with its own seed (init,
+example order, augmentation); the runs of the largest size also save checkpoints (`--checkpoint-every` steps)
+that are evaluated for the success-vs-training-time curve. Step counts, not seconds, fix each run, so results
+do not depend on the machine.
 Runs go `--parallel` at a time, one torch thread each. Finished runs are skipped when rerun (resumable).
-Writes <work>/study.json, <work>/study.md and <work>/study.png.
+Writes <work>/study.json, <work>/study.md and <work>/study.png. Cost: 9 runs of the shipped 6,150 steps, 2 at a
+time on 1 thread each (tiny preset: 2.9 steps/s measured for one run on a free core, less with two), ~40 min
+a run, plus ~2 min per eval.
 """
 from __future__ import annotations
 
@@ -17,21 +20,19 @@ import argparse
 import json
 import subprocess
 import sys
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
+from agentprm.io import atomic_path, provenance, write_json, write_text
+from agentprm.loop.report import errorbar_ci, save_png
 from build_default_policy import SETTINGS, agentprm, games
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from agentprm.eval.summary import wilson_ci  # noqa: E402
-from agentprm.io import atomic_path, provenance, write_json, write_text  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, default=SETTINGS["full"]["epochs"],
                    help="epochs at the largest size; smaller sizes get proportionally more, so every run trains the "
                    "same number of steps (equal compute, only the data differ)")
-    p.add_argument("--time-budget", type=float, default=SETTINGS["full"]["time_budget"], help="SFT seconds per run (0 = none)")
+    p.add_argument("--time-budget", type=float, default=SETTINGS["full"]["time_budget"],
+                   help="SFT seconds per run (0 = none)")
     p.add_argument("--checkpoint-every", type=int, default=750, help="checkpoint interval (steps) for the largest "
                    "size's runs (default 750)")
     p.add_argument("--renumber-copies", type=int, default=SETTINGS["full"]["renumber_copies"])
@@ -87,58 +89,45 @@ def run_one(args, demos: Path, held_out: Path, size: int, seed: int, checkpoint_
 
 
 def collect(args) -> dict:
-    """Per-run rows, seeds pooled per size, and the checkpoint curve (pooled per step)."""
-    runs, curve = [], []
+    """Per-run rows, seeds pooled per size, and the checkpoint curve (seeds pooled per step)."""
+    runs, by_seed, curve = [], defaultdict(list), defaultdict(list)
     for size in args.sizes:
         for seed in args.seeds:
             run = args.work / "runs" / f"n{size}-s{seed}"
             ev = json.loads((run / "eval.json").read_text())
             sft = json.loads((run / "agentprm.json").read_text())["sft"]["metrics"]
-            runs.append({"size": size, "seed": seed, "successes": ev["successes"], "episodes": ev["episodes"],
-                         "success_rate": ev["success_rate"], "ci95": ev["ci95"], "examples": sft["examples"],
-                         "steps": sft["steps"], "train_seconds": sft["train_seconds"], "final_loss": sft["final_loss"]})
-            for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("step-*")):
+            row = {"size": size, "seed": seed, "success_rate": ev["success_rate"], "ci95": ev["ci95"],
+                   "episodes": ev["episodes"], "examples": sft["examples"], "steps": sft["steps"],
+                   "train_seconds": sft["train_seconds"], "final_loss": sft["final_loss"]}
+            runs.append(row)
+            by_seed[seed].append(row)
+            checkpoints = run.parent / f"{run.name}-checkpoints"
+            for ckpt in sorted(checkpoints.glob("step-*")):
                 c = json.loads((ckpt / "eval.json").read_text())
-                curve.append({"seed": seed, "step": int(ckpt.name[5:]), "successes": c["successes"],
-                              "episodes": c["episodes"]})
-            if (run.parent / f"{run.name}-checkpoints").exists():
-                curve.append({"seed": seed, "step": sft["steps"], "successes": ev["successes"],
-                              "episodes": ev["episodes"]})
-    return {"runs": runs, "by_size": pool(runs, "size"), "curve": pool(curve, "step")}
-
-
-def pool(rows: list[dict], key: str) -> list[dict]:
-    """Episodes pooled over seeds per `key` value (Wilson CI)."""
-    groups: dict = {}
-    for r in rows:
-        k = r[key]
-        groups.setdefault(k, []).append(r)
-    out = []
-    for k, items in sorted(groups.items()):
-        wins, n = sum(r["successes"] for r in items), sum(r["episodes"] for r in items)
-        out.append({key: k, "success_rate": wins / n, "ci95": list(wilson_ci(wins, n)), "episodes": n,
-                    "per_seed": {r["seed"]: r["successes"] / r["episodes"] for r in items}})
-    return out
+                curve[seed].append({"step": int(ckpt.name[5:]), "success_rate": c["success_rate"],
+                                    "episodes": c["episodes"]})
+            if checkpoints.exists():
+                curve[seed].append({"step": sft["steps"], "success_rate": ev["success_rate"],
+                                    "episodes": ev["episodes"]})
+    return {"runs": runs, "by_size": sorted(pooled_rows(by_seed, key=("size",)), key=lambda r: r["size"]),
+            "curve": sorted(pooled_rows(curve, key=("step",)), key=lambda r: r["step"])}
 
 
 def markdown(study: dict, args, expert: dict) -> str:
     secs = [r["train_seconds"] / r["steps"] for r in study["runs"]]
-    lines = [f"Model `{args.model}`, {args.epochs} epochs at {max(args.sizes)} games (same steps for all sizes), {args.renumber_copies} renumbered copies, seeds {args.seeds}, "
-             f"{args.eval_games} held-out games per eval, 50-step budget; success pooled over seeds (Wilson 95% "
-             f"CI). Training took {min(secs):.2f}-{max(secs):.2f} s/step (1 thread, 2 runs at a time).", "",
-             "| train games | demo steps | success % | 95% CI | episodes | per seed % |", "|---|---|---|---|---|---|"]
-    steps = {r["size"]: r["examples"] for r in study["runs"]}
-    for r in study["by_size"]:
-        per_seed = ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
-        lines.append(f"| {r['size']} | {steps[r['size']]} | {100 * r['success_rate']:.1f} | "
-                     f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}] | {r['episodes']} | {per_seed} |")
-    lines.append(f"| expert (ceiling) | | {100 * expert['success_rate']:.1f} | "
-                 f"[{100 * expert['ci95'][0]:.1f}, {100 * expert['ci95'][1]:.1f}] | {expert['episodes']} | |")
+    lines = [f"Model `{args.model}`, {args.epochs} epochs at {max(args.sizes)} games (same steps for all sizes), "
+             f"{args.renumber_copies} renumbered copies, seeds {args.seeds}, {args.eval_games} held-out games per "
+             "eval, 50-step budget; success pooled over seeds (Wilson 95% CI). Training took "
+             f"{min(secs):.2f}-{max(secs):.2f} s/step (1 thread, 2 runs at a time).", "",
+             "| train games | SFT examples | success % | 95% CI | episodes | per seed % |", "|---|---|---|---|---|---|"]
+    examples = {r["size"]: r["examples"] for r in study["runs"]}
+    lines += [f"| {r['size']} | {examples[r['size']]} | {rate_cells(r)} | {per_seed_cell(r)} |"
+              for r in study["by_size"]]
+    lines.append(f"| expert (ceiling) | | {rate_cells(expert)} | |")
     if study["curve"]:
         lines += ["", f"Success vs SFT steps ({max(args.sizes)} games, checkpoints of each seed's run):", "",
                   "| SFT steps | success % | 95% CI | episodes |", "|---|---|---|---|"]
-        lines += [f"| {r['step']} | {100 * r['success_rate']:.1f} | [{100 * r['ci95'][0]:.1f}, "
-                  f"{100 * r['ci95'][1]:.1f}] | {r['episodes']} |" for r in study["curve"]]
+        lines += [f"| {r['step']} | {rate_cells(r)} |" for r in study["curve"]]
     return "\n".join(lines) + "\n"
 
 
@@ -149,15 +138,11 @@ def plot(study: dict, expert: dict, path: Path) -> None:
         if not rows:
             ax.set_visible(False)
             continue
-        xs, ys = [r[key] for r in rows], [100 * r["success_rate"] for r in rows]
-        err = [[y - 100 * r["ci95"][0] for y, r in zip(ys, rows)], [100 * r["ci95"][1] - y for y, r in zip(ys, rows)]]
-        ax.errorbar(xs, ys, yerr=err, capsize=4, marker="o", label="π0 (pooled over seeds)")
+        errorbar_ci(ax, [r[key] for r in rows], rows, label="π0 (pooled over seeds)")
         ax.axhline(100 * expert["success_rate"], color="gray", linestyle="--", label="expert")
         ax.set(xlabel=label, ylabel="held-out success % (95% CI)", ylim=(0, 100))
         ax.legend(fontsize=8)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

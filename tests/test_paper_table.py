@@ -26,3 +26,13 @@ def test_pooled_rows_pool_episodes_and_keep_seeds():
     assert "91.0" not in md   # the paper's only Best-of-N number is Best-of-16 on π3, not a π1 row
     md3 = paper_table.markdown([{**rows[("pi1", 4)], "policy": "pi3", "best_of_n": 16}], [0, 1], "c.yaml")
     assert md3.rstrip().endswith("| 91.0 |")
+
+
+def test_pooled_rows_group_by_any_key_fields():
+    """pi0_study pools runs per demo size: same pooling, other key."""
+    row = lambda size, rate: {"size": size, "success_rate": rate, "episodes": 4}
+    per_seed = {0: [row(120, 0.5), row(480, 1.0)], 1: [row(120, 0.25), row(480, 0.75)]}
+    rows = pooled_rows(per_seed, key=("size",))
+    assert [(r["size"], r["success_rate"], r["episodes"]) for r in rows] == [(120, 3 / 8, 8), (480, 7 / 8, 8)]
+    assert set(rows[0]) == {"size", "success_rate", "ci95", "episodes", "per_seed"}
+    assert paper_table.rate_cells(rows[1]).startswith("87.5 | [")

@@ -39,21 +39,35 @@ def summarize(episodes: Sequence) -> dict:
     return out
 
 
-def pooled_rows(per_seed: dict[int, list[dict]]) -> list[dict]:
-    """Results rows of several seeds' runs pooled per (policy, iteration, best_of_n): episodes added up, Wilson CI
-    over all of them, and each seed's own rate kept (`per_seed`)."""
+RESULT_KEY = ("policy", "iteration", "best_of_n")  # what identifies a row of a loop's results.json
+
+
+def pooled_rows(per_seed: dict[int, list[dict]], key: Sequence[str] = RESULT_KEY) -> list[dict]:
+    """Rows (`success_rate`, `episodes`) of several seeds' runs pooled per value of the `key` fields (default: a
+    results row's policy, iteration, Best-of-N): episodes added up, Wilson CI over all of them, and each seed's own
+    rate kept (`per_seed`). Groups come in the order they first appear."""
     groups: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
     for seed, rows in sorted(per_seed.items()):
         for r in rows:
-            groups[(r["policy"], r["iteration"], r["best_of_n"])].append((seed, r))
+            groups[tuple(r[k] for k in key)].append((seed, r))
     out = []
-    for (policy, iteration, bon), items in groups.items():
+    for values, items in groups.items():
         wins = sum(round(r["success_rate"] * r["episodes"]) for _, r in items)
         n = sum(r["episodes"] for _, r in items)
-        out.append({"policy": policy, "iteration": iteration, "best_of_n": bon, "success_rate": wins / n,
-                    "ci95": list(wilson_ci(wins, n)), "episodes": n,
-                    "per_seed": {seed: r["success_rate"] for seed, r in items}})
+        out.append({**dict(zip(key, values)), "success_rate": wins / n, "ci95": list(wilson_ci(wins, n)),
+                    "episodes": n, "per_seed": {seed: r["success_rate"] for seed, r in items}})
     return out
+
+
+def rate_cells(r: dict) -> str:
+    """Markdown cells "success % | [CI low, high] | episodes" of a summary or results row."""
+    lo, hi = r["ci95"]
+    return f"{100 * r['success_rate']:.1f} | [{100 * lo:.1f}, {100 * hi:.1f}] | {r['episodes']}"
+
+
+def per_seed_cell(r: dict) -> str:
+    """A pooled row's per-seed success rates, in percent: "64, 61, 69"."""
+    return ", ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
 
 
 def print_table(summary: dict, title: str = "") -> None:

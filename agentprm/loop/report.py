@@ -10,29 +10,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from agentprm.eval.summary import rate_cells  # noqa: E402
 from agentprm.io import atomic_path, write_text  # noqa: E402
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
 
 
 def results_table(rows: list[dict]) -> str:
     lines = ["| policy | iteration | Best-of-N | success % | 95% CI | episodes |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        lo, hi = r["ci95"]
-        lines.append(f"| {r['policy']} | {r['iteration']} | {r['best_of_n']} | {_pct(r['success_rate'])} | "
-                     f"[{_pct(lo)}, {_pct(hi)}] | {r['episodes']} |")
+    lines += [f"| {r['policy']} | {r['iteration']} | {r['best_of_n']} | {rate_cells(r)} |" for r in rows]
     return "\n".join(lines)
 
 
-def _save(fig, path: Path) -> None:
+def save_png(fig, path: Path) -> None:
+    """Write the figure atomically and close it."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
-def _errorbar(ax, xs, rows, **kw):
+def errorbar_ci(ax, xs, rows, **kw):
+    """Success % of `rows` at `xs` with their 95% CIs as error bars."""
     ys = [100 * r["success_rate"] for r in rows]
     err = [[y - 100 * r["ci95"][0] for y, r in zip(ys, rows)], [100 * r["ci95"][1] - y for y, r in zip(ys, rows)]]
     ax.errorbar(xs, ys, yerr=err, capsize=4, marker="o", **kw)
@@ -41,25 +37,25 @@ def _errorbar(ax, xs, rows, **kw):
 def plot_success(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     greedy = [r for r in rows if r["best_of_n"] == 1]
-    _errorbar(ax, [r["iteration"] for r in greedy], greedy, label="policy π_i (greedy)")
+    errorbar_ci(ax, [r["iteration"] for r in greedy], greedy, label="policy π_i (greedy)")
     for n in sorted({r["best_of_n"] for r in rows} - {1}):
         bon = [r for r in rows if r["best_of_n"] == n]
-        _errorbar(ax, [r["iteration"] + 0.05 for r in bon], bon, label=f"Best-of-{n} with Q_i", linestyle="--")
+        errorbar_ci(ax, [r["iteration"] + 0.05 for r in bon], bon, label=f"Best-of-{n} with Q_i", linestyle="--")
     ax.set(xlabel="iteration", ylabel="success % (95% CI)", title="Success vs iteration", ylim=(0, 100))
     ax.set_xticks(sorted({r["iteration"] for r in rows}))
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def plot_best_of_n(rows: list[dict], path: Path) -> None:
     last = max(r["iteration"] for r in rows)
     pts = sorted((r for r in rows if r["iteration"] == last), key=lambda r: r["best_of_n"])
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    _errorbar(ax, [r["best_of_n"] for r in pts], pts)
+    errorbar_ci(ax, [r["best_of_n"] for r in pts], pts)
     ax.set_xscale("log", base=2)
     ax.set(xlabel="N (samples per turn)", ylabel="success % (95% CI)", title=f"Best-of-N, iteration {last}",
            ylim=(0, 100))
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def plot_prm_vs_success(update_history: dict[int, list[dict]], rows: list[dict], path: Path) -> None:
@@ -82,7 +78,7 @@ def plot_prm_vs_success(update_history: dict[int, list[dict]], rows: list[dict],
         ax.legend(loc="upper left", fontsize=7)
     ax2.legend(loc="lower right", fontsize=7)
     ax.set_title("PRM score vs true success during policy updates", fontsize=9)
-    _save(fig, path)
+    save_png(fig, path)
 
 
 HACKING_SIGNALS = (("hack_prm", "Q_i, greedy replies"), ("hack_ens_std", "ensemble std"),
@@ -113,7 +109,7 @@ def plot_hacking(update_history: dict[int, list[dict]], path: Path) -> bool:
     axes[0, 0].legend(fontsize=6)
     axes[0, 0].set_title("Reward-hacking detector (no outcome labels of π_θ)", fontsize=9)
     axes[-1, 0].set_xlabel("policy-update step (cumulative)")
-    _save(fig, path)
+    save_png(fig, path)
     return True
 
 
