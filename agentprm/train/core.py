@@ -42,8 +42,9 @@ def batches(examples: Sequence, batch_size: int, epochs: float, seed: int,
             length: Callable[[object], int] | None = None) -> Iterator[list]:
     """Shuffled minibatches for `epochs` passes; the same seed gives the same order. With `length`, each window of
     BUCKET_BATCHES batches of the shuffled order is sorted by length before it is cut into batches (then the batches
-    are shuffled): rows of a padded batch have similar lengths. Measured on SFT prompts (74-435 tokens), random
-    batches of 16 carry 1.5x padding. Datasets smaller than one window are not bucketed."""
+    are shuffled): rows of a padded batch have similar lengths. (Why: on the 507 SFT examples of 36 games' expert
+    demos, 74-435 tokens, random batches of 16 padded to 1.53x the real tokens.) Datasets smaller than one window
+    are not bucketed."""
     rng = random.Random(seed)
     total = max(1, math.ceil(len(examples) * epochs / batch_size))
     if len(examples) < batch_size * BUCKET_BATCHES:  # a window would span several passes: repeats in a batch
