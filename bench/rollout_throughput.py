@@ -59,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="env worker processes (default 2)")
     p.add_argument("--mode", choices=("choose", "generate"), default="generate", help="decoding mode (default generate)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="reply length in generate mode (default 32)")
+    p.add_argument("--model", default="tiny", help="preset of the untrained model both sides use (default tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the numbers here")
     return p.parse_args(argv)
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # the env workers need the other cores
     tok = build_tokenizer()
-    model = build_model("tiny", tok, seed=args.seed).eval()
+    model = build_model(args.model, tok, seed=args.seed).eval()
     with tempfile.TemporaryDirectory() as scratch:
         tasks = bench_tasks(args, Path(scratch))
         single, single_actions = run_side(tasks, model, tok, args, one_at_a_time=True)

@@ -1,4 +1,5 @@
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -45,19 +46,32 @@ def transcript(game: Path, fast: bool, seed: int = 0, random_steps: int = 8) -> 
     return out
 
 
-def uncached_transcripts(games: list[Path], out: Path) -> list:
+def fresh_process_transcripts(games: list[Path], out: Path, fast: bool, sas_cache: Path | None = None) -> list:
     """In a fresh process: the step caches, once installed, are process-wide."""
     code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
             "from pathlib import Path; from test_alfworld_env import transcript; "
-            "Path(sys.argv[1]).write_text(json.dumps([transcript(Path(g), fast=False) for g in sys.argv[2:]]))")
-    subprocess.run([sys.executable, "-c", code, str(out), *map(str, games)], check=True, timeout=600)
+            f"Path(sys.argv[1]).write_text(json.dumps([transcript(Path(g), fast={fast}) for g in sys.argv[2:]]))")
+    env = {**os.environ, "AGENTPRM_SAS_CACHE": str(sas_cache)} if sas_cache else None
+    subprocess.run([sys.executable, "-c", code, str(out), *map(str, games)], check=True, timeout=600, env=env)
     return json.loads(out.read_text())
 
 
 def test_cached_and_uncached_transcripts_are_identical(games, tmp_path):
     cached = [transcript(g, fast=True) for g in games]
-    assert cached == uncached_transcripts(games, tmp_path / "uncached.json")
+    assert cached == fresh_process_transcripts(games, tmp_path / "uncached.json", fast=False)
     assert all(episode[len(walkthrough(g))][-1] for g, episode in zip(games, cached))  # walkthrough wins
+
+
+def test_sas_disk_cache_is_written_then_read_with_identical_transcripts(games, tmp_path):
+    cache = tmp_path / "sas"
+    first = fresh_process_transcripts(games, tmp_path / "first.json", fast=True, sas_cache=cache)
+    files = sorted(cache.glob("*.sas"))
+    assert len(files) == 2 * len(games)  # per game: the plain and the optimised translation
+    stamps = [f.stat().st_mtime_ns for f in files]
+    second = fresh_process_transcripts(games, tmp_path / "second.json", fast=True, sas_cache=cache)
+    assert second == first
+    assert [f.stat().st_mtime_ns for f in sorted(cache.glob("*.sas"))] == stamps  # read, not rewritten
+    assert first == [transcript(g, fast=True) for g in games]
 
 
 def test_walkthrough_wins_with_reward_on_the_winning_step(games):

@@ -4,7 +4,11 @@
    every step; parse trees are cached and deep-copied on the way out because derivation mutates them.
    `Rule.parse_conjunctive_query` (grammar rule conditions) is likewise pure and cached.
 2. Fast Downward's PDDL→SAS translation, run twice per `load()` and again per `reset()` for the same problem.
-   Cached per (domain, problem, optimize); the result is read-only for the engine.
+   Cached per (domain, problem, optimize) in memory, and its SAS text on disk (`sas_cache_dir()`, one file per
+   sha256 of the key): translating is ~0.7 s a call, so without the disk cache every new env process paid ~1.4 s
+   per game it had not loaded before — most of an episode's env time. A disk hit re-parses and normalises the
+   PDDL (the `task` object the engine also needs; ~35 ms) and reads the SAS text. The result is read-only for
+   the engine.
 
 `bench/env_steps.py` measures the effect side by side; `tests/test_alfworld_env.py` checks transcripts match.
 """
@@ -12,8 +16,45 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from agentprm.io import atomic_path
 
 _installed = False
+
+
+def sas_cache_dir() -> Path:
+    """$AGENTPRM_SAS_CACHE, else <XDG cache>/agentprm/sas."""
+    if os.environ.get("AGENTPRM_SAS_CACHE"):
+        return Path(os.environ["AGENTPRM_SAS_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentprm" / "sas"
+
+
+def _translate_via_disk(fast_downward, domain: str, problem: str, verbose: bool, optimize: bool):
+    digest = hashlib.sha256("\0".join((domain, problem, str(optimize))).encode()).hexdigest()
+    path = sas_cache_dir() / f"{digest}.sas"
+    if path.exists():
+        argv, sys.argv = sys.argv, ["translate.py", "domain", "task"]  # its options module parses argv on import
+        try:
+            from fast_downward.translate import normalize
+            from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+        finally:
+            sys.argv = argv
+
+        task = parsing_functions.parse_task(lisp_parser.parse_nested_list(domain.split("\n")),
+                                            lisp_parser.parse_nested_list(problem.split("\n")))
+        normalize.normalize(task)  # what pddl2sas does before translating (the translation leaves task as is)
+        return task, path.read_text()
+    task, sas = fast_downward.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+    try:
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(sas)
+    except OSError:  # a read-only cache costs speed, not correctness
+        pass
+    return task, sas
 
 
 def install() -> None:
@@ -44,7 +85,7 @@ def install() -> None:
         if key not in sas_cache:
             if len(sas_cache) > 256:  # bounded: one entry per distinct game
                 sas_cache.clear()
-            sas_cache[key] = fast_downward.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+            sas_cache[key] = _translate_via_disk(fast_downward, domain, problem, verbose, optimize)
         return sas_cache[key]
 
     class _FastDownward:  # the module, with pddl2sas swapped
