@@ -38,6 +38,10 @@ class RolloutConfig:
     max_steps: int = 30
     num_envs: int = 16
     workers: int | None = None      # env worker processes (default: CPU count)
+    branches: int = 0               # algo agentprm: branch episodes per rollout episode, each replaying it to a turn
+                                    # where π would act otherwise and playing that other action (rollout/branch.py):
+                                    # MC targets for two actions at one state; 0 = off
+    branch_probe: int = 4           # samples from π per visited state to find those turns and actions
 
 
 @dataclass
@@ -187,6 +191,9 @@ FRACTIONS = ("targets.shaping_alpha", "exploration.reset_frac", "exploration.ste
 
 def from_dict(data: dict, source: str = "config") -> LoopConfig:
     cfg = _build(LoopConfig, data or {}, "", source)
+    if cfg.rollout.branches and cfg.algo != "agentprm":
+        raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
+                        "as on-policy groups); set it to 0")
     for path in FRACTIONS:
         section, name = path.split(".")
         value = getattr(getattr(cfg, section), name)

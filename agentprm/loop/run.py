@@ -111,19 +111,26 @@ class Loop:
         return summary
 
     def rollouts(self, i: int, prev: Path, train_tasks) -> Path:
-        """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task, as Parquet shards."""
+        """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task, then `rollout.branches` branch episodes
+        per episode (rollout/branch.py), as Parquet shards."""
         from agentprm.agent.lm import LMAgent
         from agentprm.data.trajectories import ShardWriter
         from agentprm.eval.run import play_tasks
+        from agentprm.rollout.branch import branch_jobs
+        from agentprm.rollout.engine import run_episodes
 
         c, seed = self.cfg.rollout, self.cfg.seed + i
 
         def build(out: Path) -> None:
             agent = LMAgent.load(prev, mode=c.mode, temperature=c.temperature, seed=seed, name=f"pi{i - 1}")
             with ShardWriter(out) as writer:
-                play_tasks(agent, train_tasks, per_task=c.per_task, seed=seed, max_steps=c.max_steps,
-                           tag=f"rollout-{i}", num_envs=c.num_envs, workers=c.workers, writer=writer,
-                           progress=self.progress)
+                episodes, _ = play_tasks(agent, train_tasks, per_task=c.per_task, seed=seed, max_steps=c.max_steps,
+                                         tag=f"rollout-{i}", num_envs=c.num_envs, workers=c.workers, writer=writer,
+                                         progress=self.progress)
+                if c.branches:
+                    jobs = branch_jobs(episodes, train_tasks, agent, c.branches, c.branch_probe, seed, c.max_steps)
+                    run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
+                                 description=f"branches-{i}", progress=self.progress)
 
         return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)
 

@@ -4,7 +4,8 @@ Q-target, for G(s, a) the visits to the prefix (same task, same history, same ac
 
     Q̂(s,a) = 1/|G(s,a)| · Σ_{(s_t,a_t) ∈ G(s,a)} Σ_{k=t}^{T-1} γ^(k−t) r_k
 
-The discount counts from the visit's own turn t to the end of its episode. The paper's reference code applies
+The discount counts from the visit's own turn t to the end of its episode. Branch episodes (rollout/branch.py)
+count from their branch turn on. The paper's reference code applies
 γ^t from the episode start instead, which shrinks the targets of late states for no reason; we do not.
 
 Linear in the number of steps: state keys are chained incrementally along each episode (as `AgentState.key()`
@@ -116,6 +117,18 @@ def drop_failed_episodes(table: pa.Table) -> pa.Table:
     return table.filter(pc.invert(pc.is_in(table["episode_id"], value_set=failed))) if len(failed) else table
 
 
+def counted_rows(table: pa.Table) -> np.ndarray | None:
+    """Rows Q̂ averages over: a branch episode (agentprm/rollout/branch.py) only from its branch turn on, since its
+    earlier rows are a replayed prefix followed by a forced action. None when every row counts."""
+    from agentprm.rollout.branch import first_target_turn
+
+    ids, values = _codes(table["episode_id"])
+    first = np.array([first_target_turn(v) for v in values], dtype=np.int64)
+    if not first.any():
+        return None
+    return table["turn"].to_numpy() >= first[np.asarray(ids, dtype=np.int64)]
+
+
 def mc_targets(table: pa.Table, gamma: float) -> pa.Table:
     """Q̂ (see the module doc) for a trajectory table sorted by (episode_id, turn) with every episode's turns
     0..n-1 (as `read_rollout_columns` returns it), failed episodes dropped."""
@@ -125,6 +138,9 @@ def mc_targets(table: pa.Table, gamma: float) -> pa.Table:
     g = returns_to_go(table["turn"].to_numpy(), table["reward"].to_numpy(), gamma)
     visits = pa.table({"state_key": keys, "reply": _codes(table["action"])[0], "g": g,
                        "row": np.arange(len(keys), dtype=np.int64)})
+    counted = counted_rows(table)
+    if counted is not None:
+        visits = visits.filter(counted)
     groups = visits.group_by(["state_key", "reply"], use_threads=False).aggregate(
         [("g", "mean"), ("g", "count"), ("row", "min")]).sort_by("row_min")
     refs = table.select(["action", "task_id", "task_type", "episode_id", "turn"]).take(groups["row_min"])
