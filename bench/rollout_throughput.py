@@ -1,13 +1,15 @@
 """Rollout throughput of an LM policy: all envs batched into one `act()` call per turn vs one env per call.
 
     python bench/rollout_throughput.py [--games DIR] [--num-envs 16] [--max-steps 20] [--workers 2]
-                                       [--mode generate|choose] [--max-new-tokens 32]
+                                       [--mode generate|choose] [--max-new-tokens 32] [--model tiny]
 
 Both sides play the same episodes (the first --num-envs games of --games, or that many generated eval games)
-with the same tiny untrained model, greedy, the same env pool (--num-envs slots, --workers processes) and the same
-engine; the only difference is that the one-at-a-time side hands the model one state per call. Greedy choices do
-not depend on the batch, so both sides must take identical actions (checked; exit 1 if not). Prints env-steps/s
-for both, end to end and counting only the time spent in `act`, and the ratio (target >= 5x end to end).
+with the same untrained model (--model preset), greedy, on one env pool (--num-envs slots, --workers processes)
+and the same engine; the only difference is that the one-at-a-time side hands the model one state per call. The
+pool is warmed up first (untimed), so neither side pays worker start-up: the numbers are steady-state throughput.
+Greedy choices do not depend on the batch, so both sides must take identical actions (checked; exit 1 if not).
+Prints env-steps/s for both, end to end and counting only the time spent in `act`, and the ratio (target >= 5x
+end to end).
 
 Default: free generation of --max-new-tokens 32 tokens per reply, the length of the paper's "REASON: ... ACTION:
 ..." replies (an untrained model never emits EOS, so every reply is exactly that long). `--mode choose` measures
@@ -26,7 +28,9 @@ import torch
 
 from agentprm.agent.encoding import PromptConfig
 from agentprm.agent.lm import LMAgent
+from agentprm.agent.policies import RandomAgent
 from agentprm.envs.alfworld.tasks import TaskSpec, load_tasks
+from agentprm.envs.pool import EnvPool
 from agentprm.io import provenance, write_json
 from agentprm.models import build_model, build_tokenizer
 from agentprm.rollout.engine import episode_jobs, run_episodes
@@ -73,12 +77,13 @@ def bench_tasks(args: argparse.Namespace, scratch: Path) -> list[TaskSpec]:
     return generate_tasks(scratch / "games", "eval", args.num_envs, args.seed, progress=False)
 
 
-def run_side(tasks: list[TaskSpec], model, tok, args: argparse.Namespace, one_at_a_time: bool) -> tuple[dict, list]:
+def run_side(tasks: list[TaskSpec], model, tok, args: argparse.Namespace, one_at_a_time: bool,
+             pool: EnvPool) -> tuple[dict, list]:
     agent = Timed(LMAgent(model, tok, PromptConfig(), mode=args.mode, max_new_tokens=args.max_new_tokens),
                   one_at_a_time)
     start = time.perf_counter()
-    episodes = run_episodes(episode_jobs(tasks, 1, args.seed, args.max_steps, "bench"), agent,
-                            num_envs=args.num_envs, num_workers=args.workers, progress=False)
+    episodes = run_episodes(episode_jobs(tasks, 1, args.seed, args.max_steps, "bench"), agent, pool=pool,
+                            progress=False)
     seconds = time.perf_counter() - start
     steps = sum(len(e.steps) for e in episodes)
     side = {"steps": steps, "seconds": round(seconds, 2), "act_seconds": round(agent.seconds, 2),
@@ -91,10 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # the env workers need the other cores
     tok = build_tokenizer()
     model = build_model(args.model, tok, seed=args.seed).eval()
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, EnvPool(args.workers, num_slots=args.num_envs) as pool:
         tasks = bench_tasks(args, Path(scratch))
-        single, single_actions = run_side(tasks, model, tok, args, one_at_a_time=True)
-        batched, batched_actions = run_side(tasks, model, tok, args, one_at_a_time=False)
+        # untimed warm-up on the same pool: worker start-up and the per-process caches are paid once, by neither side
+        run_episodes(episode_jobs(tasks, 1, args.seed, 1, "warmup"), RandomAgent(args.seed), pool=pool,
+                     progress=False)
+        single, single_actions = run_side(tasks, model, tok, args, one_at_a_time=True, pool=pool)
+        batched, batched_actions = run_side(tasks, model, tok, args, one_at_a_time=False, pool=pool)
     ratio, act_ratio = batched["steps_per_s"] / single["steps_per_s"], batched["act_steps_per_s"] / single["act_steps_per_s"]
     identical = single_actions == batched_actions
     for name, side in (("one at a time", single), ("batched", batched)):

@@ -70,6 +70,16 @@ def test_batched_rollouts_equal_one_env_at_a_time(policy_dir, tasks, mode):
     assert all(len(e.steps) == 3 for e in batched)
 
 
+def test_rollouts_on_a_reused_pool_equal_rollouts_on_fresh_pools(tasks):
+    from agentprm.envs.pool import EnvPool
+
+    jobs = episode_jobs(tasks[:3], 1, 0, 4, "t")
+    fresh = run_episodes(jobs, ExpertAgent(), num_envs=2, num_workers=1, progress=False)
+    with EnvPool(1, num_slots=2) as pool:
+        reused = [run_episodes(jobs, ExpertAgent(), pool=pool, progress=False) for _ in range(2)]
+    assert all([e.rows() for e in r] == [e.rows() for e in fresh] for r in reused)
+
+
 def test_choose_mode_picks_admissible_commands(model, tok, states_turns):
     states, turns = states_turns
     for temperature in (0.0, 1.0):

@@ -13,6 +13,7 @@ states the agent saw); the job's episode id marks how many there are (`reset.pre
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections import deque
@@ -63,11 +64,13 @@ def _record(job: EpisodeJob, policy: str, task_text: str = "", error: str = "") 
 
 
 def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8, num_workers: int | None = None,
-                 writer=None, progress: bool = True, description: str = "rollout") -> list[EpisodeRecord]:
-    """Play every job to the end; returns the episodes sorted by id (and hands each to `writer.add` as it ends)."""
+                 writer=None, progress: bool = True, description: str = "rollout",
+                 pool: EnvPool | None = None) -> list[EpisodeRecord]:
+    """Play every job to the end; returns the episodes sorted by id (and hands each to `writer.add` as it ends).
+    `pool`: play on this (already started) pool's slots instead of starting one; it is left open."""
     pending = deque(jobs)
     total = len(pending)
-    num_envs = max(1, min(num_envs, total))
+    num_envs = max(1, min(pool.num_slots if pool else num_envs, total))
     num_workers = max(1, min(num_workers or os.cpu_count() or 1, num_envs))
     finished: list[EpisodeRecord] = []
     active: dict[int, _Active] = {}
@@ -78,7 +81,8 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
             writer.add(record)
         bar.advance()
 
-    with EnvPool(num_workers, num_slots=num_envs) as pool, progress_bar(total, description, progress) as bar:
+    with (contextlib.nullcontext(pool) if pool else EnvPool(num_workers, num_slots=num_envs)) as pool, \
+            progress_bar(total, description, progress) as bar:
         while pending or active:
             free = [s for s in range(num_envs) if s not in active][:len(pending)]
             jobs_for = {s: pending.popleft() for s in free}
