@@ -66,6 +66,7 @@ class PolicyUpdateConfig:
     beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03)
     samples_per_state: int = 4
     temperature: float = 1.0
+    min_margin: float = 0.0         # a state's pair needs Q_i(best) − Q_i(worst) > this (filters noisy preferences)
     steps: int = 60
     batch_size: int = 8
     lr: float = 2e-4

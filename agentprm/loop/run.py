@@ -179,7 +179,7 @@ class Loop:
         states = rollout_states(rollouts)
         policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
         cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
-                              steps=c.steps, batch_size=c.batch_size, lr=c.lr, seed=seed)
+                              min_margin=c.min_margin, steps=c.steps, batch_size=c.batch_size, lr=c.lr, seed=seed)
         prm, detector = load_prm(prm_dir), None
         if self.cfg.hacking.enabled:
             detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
