@@ -105,6 +105,28 @@ def test_slots_sharing_a_worker():
             pool.reset(3, CountingEnv)
 
 
+def test_outstanding_tickets_are_answered_in_order():
+    with EnvPool(2, num_slots=4) as pool:
+        pool.reset_many({s: CountingEnv for s in range(4)})
+        first = pool.submit({0: ("step", "inc"), 1: ("step", "inc")})
+        second = pool.submit({2: ("step", "inc"), 3: ("reset", CountingEnv), 0: ("step", "inc")})
+        with pytest.raises(ValueError, match="order"):
+            pool.gather(second)
+        assert {s: t.observation for s, t in pool.gather(first).items()} == {0: "1", 1: "1"}
+        assert {s: t.observation for s, t in pool.gather(second).items()} == {2: "1", 3: "0", 0: "2"}
+        assert pool.step({0: "inc"})[0].won
+
+
+def test_a_worker_dying_under_two_tickets_fails_both_without_hanging():
+    with EnvPool(1, num_slots=2, timeout=20) as pool:
+        pool.reset_many({0: CountingEnv, 1: CountingEnv})
+        first = pool.submit({0: ("step", "exit")})
+        second = pool.submit({1: ("step", "inc")})   # queued behind the crash, on the same worker
+        assert "worker exited with code 1" in pool.gather(first)[0].info["error"]
+        assert "episode lost with its worker" in pool.gather(second)[1].info["error"]
+        assert pool.reset(1, CountingEnv).observation == "0"
+
+
 def test_a_dying_worker_loses_the_episodes_it_hosted():
     with EnvPool(1, num_slots=2) as pool:
         pool.reset_many({0: CountingEnv, 1: CountingEnv})

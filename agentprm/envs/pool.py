@@ -4,10 +4,14 @@
     with EnvPool(num_workers=2, num_slots=8) as pool:
         turn = pool.reset(0, factory)                                   # or reset_many({slot: factory})
         turns = pool.step({0: "go to shelf 1", 1: "look"})            # {slot: Turn}
+        ticket = pool.submit({2: ("reset", factory), 0: ("step", "look")})   # returns at once ...
+        turns = pool.gather(ticket)                                     # ... the answers, when wanted
 
 Slots are numbered 0..num_slots-1; slot s lives in worker s % num_workers (default: one slot per worker).
 More slots than workers lets an agent batch more episodes per call while the CPU work stays at one process per
 core. A step sends every worker its slots' actions first, then collects the answers, so workers run in parallel.
+`submit`/`gather` split that in two, so the caller can work (e.g. run the model for other slots) while the workers
+step; several tickets may be outstanding, and are gathered in the order they were submitted.
 
 Why processes: ALFWorld steps are CPU-bound Python, and Fast Downward can raise SystemExit on a bad problem.
 Failures cost only the episodes they hit, reported as that slot's Turn with `done=True, won=False` and
@@ -28,6 +32,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
@@ -77,18 +82,18 @@ def _serve(envs: dict[int, TextEnv], cmd: str, slot: int, arg: Any) -> tuple[boo
 
 
 def _worker_main(conn: Connection) -> None:
-    """Serve (cmd, [(slot, arg), ...]) requests with [(slot, ok, value), ...] until told to close."""
+    """Serve [(slot, cmd, arg), ...] requests with [(slot, ok, value), ...] until told to close (None)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_threads()
     envs: dict[int, TextEnv] = {}
     while True:
         try:
-            cmd, batch = conn.recv()
+            batch = conn.recv()
         except EOFError:  # the pool is gone
             break
-        if cmd == "close":
+        if batch is None:
             break
-        conn.send([(slot, *_serve(envs, cmd, slot, arg)) for slot, arg in batch])
+        conn.send([(slot, *_serve(envs, cmd, slot, arg)) for slot, cmd, arg in batch])
     for env in envs.values():
         _close_quietly(env)
 
@@ -100,6 +105,15 @@ def _worker_main(conn: Connection) -> None:
 class _Worker:
     process: BaseProcess
     conn: Connection
+
+
+@dataclass
+class Ticket:
+    """Requests sent by `EnvPool.submit`, answered by `EnvPool.gather`."""
+    slots: list[int]                              # in the order submitted
+    batches: dict[int, list[tuple[int, str]]]     # worker -> [(slot, cmd)] sent to it
+    sent_to: dict[int, _Worker]                   # the worker process each batch went to
+    failed: dict[int, Turn]                       # slots answered without asking a worker (episode already lost)
 
 
 @dataclass
@@ -121,6 +135,7 @@ class EnvPool:
         self.timeout = timeout
         self._workers = [self._start() for _ in range(num_workers)]
         self._slots = [_Slot() for _ in range(num_slots or num_workers)]
+        self._outstanding: deque[Ticket] = deque()
 
     @property
     def num_workers(self) -> int:
@@ -162,44 +177,63 @@ class EnvPool:
 
     def reset_many(self, factories: Mapping[int, EnvFactory]) -> dict[int, Turn]:
         """Start a new episode on each slot, its env built by the factory in the slot's worker."""
-        for slot in factories:
-            self._check_slot(slot)
-            if not self._workers[self.worker_of(slot)].process.is_alive():  # died while idle
-                self._replace(self.worker_of(slot), "worker died between requests")
-            self._slots[slot] = _Slot(doing=f"resetting {repr(factories[slot])[:300]}")
-        return self._exchange("reset", factories)
+        return self.gather(self.submit({slot: ("reset", f) for slot, f in factories.items()}))
 
     def step(self, actions: Mapping[int, str]) -> dict[int, Turn]:
         """Every slot's action is sent before any answer is awaited, so the workers step in parallel."""
-        for slot in actions:
+        return self.gather(self.submit({slot: ("step", a) for slot, a in actions.items()}))
+
+    def submit(self, requests: Mapping[int, tuple[str, Any]]) -> Ticket:
+        """Send ("reset", factory) or ("step", action) per slot to the workers and return without waiting."""
+        for slot, (cmd, arg) in requests.items():
             self._check_slot(slot)
-            if not self._slots[slot].active:
-                raise ValueError(f"slot {slot} has no running episode: reset it first")
-            self._slots[slot].doing = f"stepping {actions[slot]!r}"
-        lost = {slot: self._fail(slot, self._slots[slot].lost) for slot in actions if self._slots[slot].lost}
-        return {**lost, **self._exchange("step", {s: a for s, a in actions.items() if s not in lost})}
-
-    def _check_slot(self, slot: int) -> None:
-        if not 0 <= slot < len(self._slots):
-            raise IndexError(f"slot {slot} out of range: the pool has {len(self._slots)} slots")
-
-    def _exchange(self, cmd: str, args: Mapping[int, Any]) -> dict[int, Turn]:
-        batches: dict[int, list[tuple[int, Any]]] = {}
-        for slot, arg in args.items():
-            batches.setdefault(self.worker_of(slot), []).append((slot, arg))
-        payloads = {w: ForkingPickler.dumps((cmd, batch)) for w, batch in batches.items()}  # fail before sending
+            if cmd == "reset":
+                if not self._workers[self.worker_of(slot)].process.is_alive() and not self._outstanding:
+                    self._replace(self.worker_of(slot), "worker died between requests")  # died while idle
+                self._slots[slot] = _Slot(doing=f"resetting {repr(arg)[:300]}")
+            elif cmd == "step":
+                if not self._slots[slot].active:
+                    raise ValueError(f"slot {slot} has no running episode: reset it first")
+                self._slots[slot].doing = f"stepping {arg!r}"
+            else:
+                raise ValueError(f"unknown request {cmd!r}")
+        failed = {slot: self._fail(slot, self._slots[slot].lost) for slot, (cmd, _) in requests.items()
+                  if cmd == "step" and self._slots[slot].lost}
+        batches: dict[int, list[tuple[int, str, Any]]] = {}
+        for slot, (cmd, arg) in requests.items():
+            if slot not in failed:
+                batches.setdefault(self.worker_of(slot), []).append((slot, cmd, arg))
+        payloads = {w: ForkingPickler.dumps(batch) for w, batch in batches.items()}  # fail before sending
         for w, payload in payloads.items():
             try:
                 self._workers[w].conn.send_bytes(payload)
             except OSError:  # already gone: its EOF is read when collecting
                 pass
-        results: dict[int, Turn] = {}
-        for w, replies in self._collect(list(batches)).items():
+        ticket = Ticket(list(requests), {w: [(slot, cmd) for slot, cmd, _ in b] for w, b in batches.items()},
+                        {w: self._workers[w] for w in batches}, failed)
+        self._outstanding.append(ticket)
+        return ticket
+
+    def gather(self, ticket: Ticket) -> dict[int, Turn]:
+        """The answers to `ticket` (the oldest outstanding one) as {slot: Turn}."""
+        if not self._outstanding or self._outstanding[0] is not ticket:
+            raise ValueError("tickets must be gathered in the order they were submitted")
+        self._outstanding.popleft()
+        results = dict(ticket.failed)
+        live = [w for w in ticket.batches if self._workers[w] is ticket.sent_to[w]]
+        for w in ticket.batches:
+            if w not in live:  # replaced since: what it was sent is lost with it
+                results.update({slot: self._fail(slot, "episode lost with its worker") for slot, _ in ticket.batches[w]})
+        for w, replies in self._collect(live).items():
             if isinstance(replies, str):  # the worker died or hung: every slot it was serving failed
-                results.update({slot: self._fail(slot, replies) for slot, _ in batches[w]})
+                results.update({slot: self._fail(slot, replies) for slot, _ in ticket.batches[w]})
             else:
                 results.update({slot: self._receive(slot, ok, value) for slot, ok, value in replies})
-        return {slot: results[slot] for slot in args}
+        return {slot: results[slot] for slot in ticket.slots}
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < len(self._slots):
+            raise IndexError(f"slot {slot} out of range: the pool has {len(self._slots)} slots")
 
     def _collect(self, workers: list[int]) -> dict[int, list | str]:
         """Each worker's replies, or the reason it gave none (it is then replaced)."""
@@ -249,7 +283,7 @@ class EnvPool:
     def close(self) -> None:
         for worker in self._workers:
             try:
-                worker.conn.send(("close", None))
+                worker.conn.send(None)
             except OSError:
                 pass
         for worker in self._workers:

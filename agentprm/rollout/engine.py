@@ -1,7 +1,9 @@
-"""Batched rollouts: K environments in worker processes, one batched `agent.act` call per turn for all of them.
+"""Batched rollouts: K environments in worker processes, one batched `agent.act` call per turn for each half of them.
 
     episodes = run_episodes(jobs, agent, num_envs=8, num_workers=2, writer=ShardWriter(out))
 
+The slots form two groups, each spread over all workers, that take turns: while the workers step one group's
+envs, the agent computes the other group's replies, so model time and env time overlap instead of adding up.
 Each `EpisodeJob` names a task, an episode id and the step budget. Episodes are independent, so for a
 deterministic agent the results do not depend on how many run at once. Every turn becomes a `StepRecord`
 (agentprm/data/trajectories.py); an episode whose env failed (a worker crash, a bad game) is kept with its
@@ -71,7 +73,7 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
     pending = deque(jobs)
     total = len(pending)
     num_envs = max(1, min(pool.num_slots if pool else num_envs, total))
-    num_workers = max(1, min(num_workers or os.cpu_count() or 1, num_envs))
+    num_workers = pool.num_workers if pool else max(1, min(num_workers or os.cpu_count() or 1, num_envs))
     finished: list[EpisodeRecord] = []
     active: dict[int, _Active] = {}
 
@@ -81,36 +83,57 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
             writer.add(record)
         bar.advance()
 
+    def start(s: int, job: EpisodeJob, turn: Turn) -> None:
+        if turn.info.get("error"):
+            finish(_record(job, agent.name, error=turn.info["error"]))
+        else:
+            active[s] = _Active(_record(job, agent.name, turn.task), AgentState.start(turn, job.task.task_id), turn,
+                                deque(job.start_actions))
+
+    def advance(s: int, reply: str, command: str, nxt: Turn) -> None:
+        a = active[s]
+        a.record.steps.append(StepRecord.from_turns(len(a.record.steps), a.turn, reply, nxt))
+        if nxt.done:
+            a.record.error = nxt.info.get("error", "")
+            finish(a.record)
+            del active[s]
+        else:
+            a.state, a.turn = a.state.advance(command, nxt), nxt
+
+    def requests_for(slots: list[int]) -> tuple[dict, dict]:
+        """One turn of a group: the agent's replies (or replayed start actions) for its running episodes, and
+        resets of its free slots for pending jobs."""
+        acting = [s for s in slots if s in active and not active[s].prefix]
+        chosen = agent.act([active[s].state for s in acting], [active[s].turn for s in acting]) if acting else []
+        replies = dict(zip(acting, chosen))
+        replies.update({s: active[s].prefix.popleft() for s in slots if s in active and s not in replies})
+        requests, sent = {}, {}
+        for s, reply in replies.items():
+            command = parse_reply(reply)[1]
+            requests[s], sent[s] = ("step", command), (reply, command)
+        for s in [s for s in slots if s not in active][:len(pending)]:
+            job = pending.popleft()
+            requests[s], sent[s] = ("reset", _env_factory(job, agent.needs_expert)), job
+        return requests, sent
+
+    # Two groups of slots, each spread over all workers, take turns: while the workers step one group, the agent
+    # thinks for the other (one group when there are too few slots to split).
+    split = num_envs >= 2 * num_workers
+    groups = [[s for s in range(num_envs) if not split or (s // num_workers) % 2 == g] for g in range(1 + split)]
+    in_flight: dict[int, tuple] = {}   # group -> (ticket, what was sent per slot); gathered oldest first
     with (contextlib.nullcontext(pool) if pool else EnvPool(num_workers, num_slots=num_envs)) as pool, \
             progress_bar(total, description, progress) as bar:
-        while pending or active:
-            free = [s for s in range(num_envs) if s not in active][:len(pending)]
-            jobs_for = {s: pending.popleft() for s in free}
-            starts = pool.reset_many({s: _env_factory(j, agent.needs_expert) for s, j in jobs_for.items()})
-            for s, job in jobs_for.items():
-                turn = starts[s]
-                if turn.info.get("error"):
-                    finish(_record(job, agent.name, error=turn.info["error"]))
-                else:
-                    active[s] = _Active(_record(job, agent.name, turn.task), AgentState.start(turn, job.task.task_id),
-                                        turn, deque(job.start_actions))
-            if not active:
-                continue
-            slots = list(active)
-            acting = [s for s in slots if not active[s].prefix]
-            chosen = agent.act([active[s].state for s in acting], [active[s].turn for s in acting]) if acting else []
-            replies = dict(zip(acting, chosen))
-            replies.update({s: active[s].prefix.popleft() for s in slots if s not in replies})
-            commands = {s: parse_reply(replies[s])[1] for s in slots}
-            results = pool.step(commands)
-            for s, reply in replies.items():
-                a, nxt = active[s], results[s]
-                a.record.steps.append(StepRecord.from_turns(len(a.record.steps), a.turn, reply, nxt))
-                if nxt.done:
-                    a.record.error = nxt.info.get("error", "")
-                    finish(a.record)
-                    del active[s]
-                else:
-                    a.state, a.turn = a.state.advance(commands[s], nxt), nxt
+        while pending or active or in_flight:
+            for g, slots in enumerate(groups):
+                if g in in_flight:
+                    ticket, sent = in_flight.pop(g)
+                    for s, turn in pool.gather(ticket).items():
+                        if isinstance(sent[s], EpisodeJob):
+                            start(s, sent[s], turn)
+                        else:
+                            advance(s, *sent[s], turn)
+                requests, sent = requests_for(slots)
+                if requests:
+                    in_flight[g] = (pool.submit(requests), sent)
     finished.sort(key=lambda r: r.episode_id)
     return finished
