@@ -46,7 +46,9 @@ class RolloutConfig:
 
 @dataclass
 class TargetsConfig:
-    gamma: float = 1.0              # discount, counted from each turn to the episode end
+    gamma: float = 0.9              # discount, counted from each turn to the episode end. < 1 so that, among won
+                                    # episodes (most of them), a step that wins sooner scores higher; with 1 every
+                                    # step of a won episode has Q̂ = 1 (docs/results.md: 0.9 vs 1 on two seeds)
     shaping_alpha: float = 0.0      # process reward shaping (algo agentprm): mix Q̂ with π0's advantage A^μ by this
                                     # weight (0 = off; paper 0.5); V^μ is fitted once to π0's iteration-1 rollouts
 
