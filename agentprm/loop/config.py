@@ -66,12 +66,12 @@ class PrmConfig:
 class PolicyUpdateConfig:
     method: str = "online-dpo"
     beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03)
-    samples_per_state: int = 4
-    temperature: float = 1.0
+    samples_per_state: int = 2      # replies drawn per state, best vs worst by Q_i (paper: 2)
+    temperature: float = 0.7        # for those replies (paper: 0.7)
     min_margin: float = 0.0         # a state's pair needs Q_i(best) − Q_i(worst) > this (filters noisy preferences)
     steps: int = 60
     batch_size: int = 8
-    lr: float = 2e-4
+    lr: float = 1e-4
 
 
 @dataclass
@@ -79,7 +79,7 @@ class EvalConfig:
     episodes_per_task: int = 1
     max_steps: int = 30
     best_of_n: list[int] = field(default_factory=lambda: [4])   # Best-of-N with Q_i after each iteration
-    bon_temperature: float = 1.0
+    bon_temperature: float = 0.7
 
 
 @dataclass
