@@ -223,7 +223,8 @@ class EnvPool:
         live = [w for w in ticket.batches if self._workers[w] is ticket.sent_to[w]]
         for w in ticket.batches:
             if w not in live:  # replaced since: what it was sent is lost with it
-                results.update({slot: self._fail(slot, "episode lost with its worker") for slot, _ in ticket.batches[w]})
+                lost = "episode lost with its worker"
+                results.update({slot: self._fail(slot, lost) for slot, _ in ticket.batches[w]})
         for w, replies in self._collect(live).items():
             if isinstance(replies, str):  # the worker died or hung: every slot it was serving failed
                 results.update({slot: self._fail(slot, replies) for slot, _ in ticket.batches[w]})
