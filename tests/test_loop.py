@@ -98,6 +98,9 @@ def test_config_errors_name_the_field(tmp_path, capsys):
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "rollout.per_tasks" in err and len(err.strip().splitlines()) == 1
+    bad.write_text("eval: {best_of_n: [1, 4]}\n")
+    assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "eval.best_of_n" in capsys.readouterr().err
     bad.write_text("targets: {shaping_alpha: 1.5}\n")
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     assert "targets.shaping_alpha" in capsys.readouterr().err
