@@ -111,7 +111,7 @@ class _Worker:
 class Ticket:
     """Requests sent by `EnvPool.submit`, answered by `EnvPool.gather`."""
     slots: list[int]                              # in the order submitted
-    batches: dict[int, list[tuple[int, str]]]     # worker -> [(slot, cmd)] sent to it
+    batches: dict[int, list[int]]                 # worker -> the slots whose requests went to it
     sent_to: dict[int, _Worker]                   # the worker process each batch went to
     failed: dict[int, Turn]                       # slots answered without asking a worker (episode already lost)
 
@@ -209,7 +209,7 @@ class EnvPool:
                 self._workers[w].conn.send_bytes(payload)
             except OSError:  # already gone: its EOF is read when collecting
                 pass
-        ticket = Ticket(list(requests), {w: [(slot, cmd) for slot, cmd, _ in b] for w, b in batches.items()},
+        ticket = Ticket(list(requests), {w: [slot for slot, _, _ in b] for w, b in batches.items()},
                         {w: self._workers[w] for w in batches}, failed)
         self._outstanding.append(ticket)
         return ticket
@@ -224,10 +224,10 @@ class EnvPool:
         for w in ticket.batches:
             if w not in live:  # replaced since: what it was sent is lost with it
                 lost = "episode lost with its worker"
-                results.update({slot: self._fail(slot, lost) for slot, _ in ticket.batches[w]})
+                results.update({slot: self._fail(slot, lost) for slot in ticket.batches[w]})
         for w, replies in self._collect(live).items():
             if isinstance(replies, str):  # the worker died or hung: every slot it was serving failed
-                results.update({slot: self._fail(slot, replies) for slot, _ in ticket.batches[w]})
+                results.update({slot: self._fail(slot, replies) for slot in ticket.batches[w]})
             else:
                 results.update({slot: self._receive(slot, ok, value) for slot, ok, value in replies})
         return {slot: results[slot] for slot in ticket.slots}
