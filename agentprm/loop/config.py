@@ -196,6 +196,10 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     cfg = _build(LoopConfig, data or {}, "", source)
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
+    for path, value, least in (("rollout.branches", cfg.rollout.branches, 0),
+                               ("rollout.branch_probe", cfg.rollout.branch_probe, 1)):
+        if value < least:
+            raise UserError(f"{source}: field '{path}' must be at least {least}, got {value}")
     if cfg.rollout.branches and cfg.algo != "agentprm":
         raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
                         "as on-policy groups); set it to 0")
