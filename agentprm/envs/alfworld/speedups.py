@@ -5,10 +5,10 @@
    `Rule.parse_conjunctive_query` (grammar rule conditions) is likewise pure and cached.
 2. Fast Downward's PDDL→SAS translation, run twice per `load()` and again per `reset()` for the same problem.
    Cached per (domain, problem, optimize) in memory, and its SAS text on disk (`sas_cache_dir()`, one file per
-   sha256 of the key): translating is ~0.7 s a call, so without the disk cache every new env process paid ~1.4 s
-   per game it had not loaded before — most of an episode's env time. A disk hit re-parses and normalises the
-   PDDL (the `task` object the engine also needs; ~35 ms) and reads the SAS text. The result is read-only for
-   the engine.
+   sha256 of the key): without the disk cache every new env process translated each game it had not loaded
+   before, most of an episode's env time (`bench/env_resets.py` measures a first reset with and without it). A
+   disk hit re-parses and normalises the PDDL (the `task` object the engine also needs, a small share of the
+   translation's cost) and reads the SAS text. The result is read-only for the engine.
 
 `bench/env_steps.py` measures the effect side by side; `tests/test_alfworld_env.py` checks transcripts match.
 """
