@@ -54,6 +54,30 @@ def test_mini_loop_killed_then_resumed_end_to_end(tmp_path, generated_tasks, tin
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 2
 
 
+def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_tasks, tiny_policy):
+    run = tmp_path / "run"
+    one = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []})
+    assert main(["loop", "--config", str(one), "--run-dir", str(run)]) == 0
+    done = {p.name: p.read_text() for p in (run / ".stages").iterdir()}
+    policy1 = (run / "iter_1" / "policy" / "model.safetensors").read_bytes()
+    cfg = yaml.safe_load(one.read_text())
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump({**cfg, "iterations": 2}))
+    assert main(["loop", "--config", str(two), "--run-dir", str(run), "--resume"]) == 0
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert [(r["policy"], r["iteration"]) for r in rows] == [("pi0", 0), ("pi1", 1), ("pi2", 1 + 1)]
+    # iteration 1 was not redone: same markers (their recorded seconds too), same π1 weights
+    assert all((run / ".stages" / name).read_text() == text for name, text in done.items())
+    assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() == policy1
+    assert json.loads((run / "iter_2" / "policy" / "agentprm.json").read_text())["online_dpo"]["reference"].endswith(
+        "iter_1/policy")
+    # any other change, or fewer iterations, is refused with the saved config named
+    other = tmp_path / "other.yaml"
+    for change in ({"iterations": 1}, {"iterations": 2, "seed": 1}):
+        other.write_text(yaml.safe_dump({**cfg, **change}))
+        assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 2
+
+
 def check_run(run: Path, tiny_policy: Path) -> None:
     results = json.loads((run / "results.json").read_text())
     rows = results["rows"]
@@ -122,3 +146,13 @@ def test_quickstart_yaml_spells_out_the_quickstart_defaults():
     from agentprm.loop.config import LoopConfig, load_config
 
     assert load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml") == LoopConfig()
+
+
+def test_paper_yaml_is_the_quickstart_with_more_iterations():
+    """docs/results.md extends the quickstart seeds' runs to the paper table (--resume, iterations raised)."""
+    import dataclasses
+
+    from agentprm.loop.config import LoopConfig, load_config
+
+    paper = load_config(Path(__file__).parents[1] / "configs" / "paper.yaml")
+    assert paper.iterations == 2 and dataclasses.replace(paper, iterations=1) == LoopConfig()

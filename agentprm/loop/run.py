@@ -34,9 +34,14 @@ class Loop:
             raise UserError(f"{self.run_dir}: holds a run already; pass --resume to continue it (nothing deleted)")
         saved = self.run_dir / "config.yaml"
         if resume and saved.exists():
-            # compared as parsed configs: sections added by a newer agentprm (at their defaults) do not matter
-            if load_config(saved).to_dict() != cfg.to_dict():
-                raise UserError(f"{saved}: differs from this run's config; resume with the same config")
+            # compared as parsed configs: sections added by a newer agentprm (at their defaults) do not matter.
+            # Raising `iterations` extends a run: the stages done so far are exactly what the longer run does first.
+            before, now = load_config(saved).to_dict(), cfg.to_dict()
+            if now["iterations"] >= before["iterations"]:
+                before["iterations"] = now["iterations"]
+            if before != now:
+                raise UserError(f"{saved}: differs from this run's config; resume with the same config "
+                                "(only 'iterations' may grow, to extend the run)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.run_dir / "config.yaml", dump_config(cfg))
         self.stages = StageRunner(self.run_dir, resume)
