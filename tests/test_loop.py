@@ -156,3 +156,26 @@ def test_paper_yaml_is_the_quickstart_with_more_iterations():
 
     paper = load_config(Path(__file__).parents[1] / "configs" / "paper.yaml")
     assert paper.iterations == 2 and dataclasses.replace(paper, iterations=1) == LoopConfig()
+
+
+def test_stage_reuse_copies_only_named_completed_stages(tmp_path):
+    """compare_methods runs the stages all methods share once: a named stage another run completed is copied with
+    its recorded seconds (the budget stays charged); others, or ones the source lacks, are built."""
+    from agentprm.loop.stages import StageRunner
+
+    def writer(text):
+        def build(out: Path) -> None:
+            out.mkdir()
+            (out / "data.txt").write_text(text)
+        return build
+
+    source = StageRunner(tmp_path / "a", resume=False)
+    source.run("rollouts", "iter_1/rollouts", writer("from a"))
+    source.run("prm", "iter_1/prm", writer("prm of a"))
+    first = json.loads(source.marker("rollouts").read_text())
+    runner = StageRunner(tmp_path / "b", resume=False, reuse=(tmp_path / "a", {"rollouts", "eval"}))
+    out = runner.run("rollouts", "iter_1/rollouts", writer("from b"))
+    assert (out / "data.txt").read_text() == "from a" and runner.timings["rollouts"] == first["seconds"]
+    assert json.loads(runner.marker("rollouts").read_text())["reused_from"] == str(tmp_path / "a")
+    assert (runner.run("prm", "iter_1/prm", writer("prm of b")) / "data.txt").read_text() == "prm of b"
+    assert (runner.run("eval", "eval", writer("eval of b")) / "data.txt").read_text() == "eval of b"  # a lacks it

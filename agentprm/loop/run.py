@@ -26,7 +26,9 @@ DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 
 
 class Loop:
-    def __init__(self, cfg: LoopConfig, run_dir: str | Path, resume: bool = False, progress: bool = True):
+    def __init__(self, cfg: LoopConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
+                 reuse: tuple[Path, set[str]] | None = None):
+        """`reuse`: stages to copy from another run that did them identically (see StageRunner)."""
         self.algorithm = get_algorithm(cfg.algo)
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         started = (self.run_dir / MARKERS).exists()
@@ -44,7 +46,7 @@ class Loop:
                                 "(only 'iterations' may grow, to extend the run)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.run_dir / "config.yaml", dump_config(cfg))
-        self.stages = StageRunner(self.run_dir, resume)
+        self.stages = StageRunner(self.run_dir, resume, reuse)
         self.rows: list[dict] = []
         self.update_history: dict[int, list[dict]] = {}
 

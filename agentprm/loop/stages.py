@@ -16,8 +16,10 @@ MARKERS = ".stages"
 
 
 class StageRunner:
-    def __init__(self, run_dir: Path, resume: bool):
-        self.run_dir, self.resume = run_dir, resume
+    def __init__(self, run_dir: Path, resume: bool, reuse: tuple[Path, set[str]] | None = None):
+        """`reuse = (other_run, names)`: a stage in `names` that `other_run` completed is copied from there instead
+        of built (its recorded seconds kept), for runs that share it exactly (same seed and stage config)."""
+        self.run_dir, self.resume, self.reuse = run_dir, resume, reuse
         (run_dir / MARKERS).mkdir(parents=True, exist_ok=True)
         self.timings: dict[str, float] = {}
 
@@ -40,9 +42,23 @@ class StageRunner:
             elif stale.exists():
                 stale.unlink()
         partial.parent.mkdir(parents=True, exist_ok=True)
-        start = time.monotonic()
-        build(partial)
+        source = self._reusable(name)
+        start, extra = time.monotonic(), {}
+        if source is None:
+            build(partial)
+        else:
+            copy = shutil.copytree if (source / output).is_dir() else shutil.copy2
+            copy(source / output, partial)
+            extra = {"reused_from": str(source)}
         partial.rename(final)
         self.timings[name] = round(time.monotonic() - start, 2)
-        write_json(self.marker(name), {"stage": name, "output": output, "seconds": self.timings[name]})
+        if source is not None:   # charge the stage's own cost: equal budgets stay comparable
+            self.timings[name] = json.loads((source / MARKERS / self.marker(name).name).read_text())["seconds"]
+        write_json(self.marker(name), {"stage": name, "output": output, "seconds": self.timings[name], **extra})
         return final
+
+    def _reusable(self, name: str) -> Path | None:
+        if self.reuse is None:
+            return None
+        other, names = self.reuse
+        return other if name in names and (other / MARKERS / self.marker(name).name).exists() else None
