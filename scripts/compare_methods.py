@@ -1,11 +1,12 @@
 """One table: SFT π0, AgentPRM, InversePRM, outcome-only GRPO, SPRO, PRIME — same tasks, same π0, same rollout
-budget (`rollout.per_task` × train tasks × iterations), several seeds; plus Best-of-N vs beam search at equal
-samples per turn with the AgentPRM run's π and Q.
+budget (`rollout.per_task` × train tasks × iterations), several seeds — and `sft`, π0 fine-tuned on the expert demos
+InversePRM learns from (its demo-only control); plus Best-of-N vs beam search at equal samples per turn with the
+AgentPRM run's π and Q.
 
     python scripts/compare_methods.py --config configs/compare.yaml --seeds 0 1 2 --out runs/compare
 
 Each method/seed is an ordinary resumable loop run under <out>/<method>/seed<k>/ (--resume continues); the stages
-all methods share for a seed (tasks, π0, its eval, π0's rollouts) run once and are copied (`shared_stages`). Success
+all methods share for a seed (tasks, π0, its eval, π0's rollouts) run once and are copied (agentprm/loop/sweep.py). Success
 is pooled over seeds' eval episodes (Wilson 95% CI) with per-seed rates; wall time is the sum over seeds of the
 runs' stage seconds, each method charged the shared stages too.
 Writes <out>/compare.md and <out>/compare.json.
@@ -14,37 +15,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
-from agentprm.loop.run import Loop
+from agentprm.loop.sweep import run_sweep
 
-METHODS = ("agentprm", "inverse-prm", "grpo", "spro", "prime")
-
-
-def shared_stages(base) -> set[str]:
-    """Stages every method does identically for a seed: tasks, π0 and its eval, the expert demos and, unless the
-    rollouts depend on the method (Reset-50-50 starts InversePRM's on demos), π0's iteration-1 rollouts. Later
-    methods copy them from the first method's run: their iteration 1 starts from the very same rollouts."""
-    names = {"tasks_train", "tasks_eval", "policy_0", "eval_pi0", "demos"}
-    return names | ({"iter_1/rollouts"} if base.exploration.reset_frac == 0 else set())
-
-
-def run_method(base, algo: str, seeds: list[int], out: Path, resume: bool, first: str) -> tuple[list[dict], float]:
-    """Pooled rows and wall time: the sum of the runs' stage seconds, shared stages charged to every method."""
-    per_seed, wall = {}, 0.0
-    for seed in seeds:
-        cfg = dataclasses.replace(base, algo=algo, seed=seed)
-        run_dir = out / algo / f"seed{seed}"
-        done = run_dir / "results.json"
-        reuse = None if algo == first else (out / first / f"seed{seed}", shared_stages(base))
-        results = (json.loads(done.read_text()) if done.exists() and resume
-                   else Loop(cfg, run_dir, resume, reuse=reuse).run())
-        per_seed[seed], wall = results["rows"], wall + sum(results["stage_seconds"].values())
-    return pooled_rows(per_seed), wall
+METHODS = ("agentprm", "inverse-prm", "grpo", "spro", "prime", "sft")
 
 
 def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int) -> list[dict]:
@@ -97,8 +75,10 @@ def main() -> None:
     args = ap.parse_args()
     base, out = load_config(args.config), Path(args.out)
     table = []
-    for algo in args.methods:
-        rows, wall = run_method(base, algo, args.seeds, out, args.resume, first=args.methods[0])
+    sweep = run_sweep({algo: dataclasses.replace(base, algo=algo) for algo in args.methods}, args.seeds, out,
+                      args.resume)
+    for algo, done in sweep.items():
+        rows, wall = done["rows"], done["wall_seconds"]
         last = max(r["iteration"] for r in rows)
         if not table:   # every method starts from the same π0: report it once, as "SFT"
             table.append(("SFT π0", next(r for r in rows if r["iteration"] == 0), 0.0))

@@ -141,3 +141,24 @@ def test_inverse_prm_loop_runs_end_to_end(tmp_path, generated_tasks, tiny_policy
     dpo = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["online_dpo"]
     assert dpo["reference"].endswith("policy_0") and dpo["steer_frac"] == 0.5 and dpo["steered_states"] > 0
     assert not (run / "iter_1" / "targets.parquet").exists()   # no MC targets: no outcome reward used
+
+
+def test_sft_control_clones_the_same_demos(tmp_path, generated_tasks, tiny_policy):
+    """`algo: sft`, InversePRM's demo-only control: π1 = π0 fine-tuned on the run's demos, loss falling on them."""
+    from agentprm.cli import main
+    from agentprm.prm.inverse import read_episodes
+
+    run = tmp_path / "run"
+    cfg = mini_inverse_config(tmp_path, generated_tasks, tiny_policy, algo="sft", exploration={},
+                              policy={"lr": 1e-3}, policy0={"path": str(tiny_policy), "sft_epochs": 4.0})
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert [(r["policy"], r["iteration"], r["best_of_n"]) for r in rows] == [("pi0", 0, 1), ("pi1", 1, 1)]
+    sft = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["sft"]
+    assert sft["config"]["model"] == str(run / "policy_0") and sft["config"]["lr"] == 1e-3
+    assert sft["metrics"]["episodes"] == len(read_episodes(run / "demos.parquet"))
+    curve = sft["metrics"]["loss_curve"]
+    assert curve[-1]["loss"] < curve[0]["loss"]
+    assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() != \
+        (run / "policy_0" / "model.safetensors").read_bytes()
+    assert not (run / "iter_1" / "rollouts").exists()   # demos only: no rollouts of π0

@@ -1,0 +1,73 @@
+"""Several loop configs (methods or ablation variants) × seeds, each an ordinary resumable run under
+<out>/<name>/seed<k>/. The stages a config does exactly as the first config does for the same seed (same tasks, π0,
+π0's eval, demos, π0's rollouts) run once and are copied (StageRunner `reuse`), so every variant's iteration 1
+starts from the very same data; each run is still charged the copied stages' seconds."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import yaml
+
+from agentprm.errors import UserError
+from agentprm.eval.summary import pooled_rows
+from agentprm.loop.config import LoopConfig, from_dict
+from agentprm.loop.run import Loop
+
+
+def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
+    """The stages `cfg` may copy from `first`'s run of the same seed: those whose inputs the two configs agree on."""
+    same = lambda *sections: all(getattr(cfg, s) == getattr(first, s) for s in sections)  # noqa: E731
+    names = set()
+    if cfg.seed == first.seed and same("tasks"):
+        names |= {"tasks_train", "tasks_eval", "demos"}
+        if same("policy0"):
+            names.add("policy_0")
+            if same("rollout", "eval"):
+                names.add("eval_pi0")
+            # Reset-50-50 starts some rollouts on demos: those differ even with equal rollout settings
+            if same("rollout") and cfg.exploration.reset_frac == first.exploration.reset_frac == 0:
+                names.add("iter_1/rollouts")
+    return names
+
+
+def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resume: bool) -> dict[str, dict]:
+    """name -> {"rows": rows pooled over seeds, "wall_seconds": the runs' stage seconds summed over seeds}."""
+    first = next(iter(configs))
+    summary = {}
+    for name, base in configs.items():
+        per_seed, wall = {}, 0.0
+        for seed in seeds:
+            cfg, run_dir = dataclasses.replace(base, seed=seed), out / name / f"seed{seed}"
+            reuse = None
+            if name != first:
+                reuse = (out / first / f"seed{seed}", shared_stages(cfg, dataclasses.replace(configs[first], seed=seed)))
+            done = run_dir / "results.json"
+            results = (json.loads(done.read_text()) if done.exists() and resume
+                       else Loop(cfg, run_dir, resume, reuse=reuse).run())
+            per_seed[seed], wall = results["rows"], wall + sum(results["stage_seconds"].values())
+        summary[name] = {"rows": pooled_rows(per_seed), "wall_seconds": round(wall, 1)}
+    return summary
+
+
+def load_variants(path: str | Path) -> dict[str, LoopConfig]:
+    """A sweep file: `base:` (a loop config) and `variants:` (name -> fields overriding the base, merged section by
+    section). Errors name the file and the variant's field."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such sweep file")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not isinstance(data.get("variants"), dict) or not data["variants"]:
+        raise UserError(f"{path}: field 'variants' must be a non-empty mapping of name -> config overrides")
+    base = data.get("base") or {}
+    return {name: from_dict(_merged(base, over or {}), f"{path}: variants.{name}")
+            for name, over in data["variants"].items()}
+
+
+def _merged(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = _merged(base[key], value) if both else value
+    return merged

@@ -1,0 +1,44 @@
+"""Sweeps (scripts/compare_methods.py, scripts/ablations.py): which stages a variant shares with the first config,
+and the variants file."""
+import dataclasses
+
+import pytest
+
+from agentprm.errors import UserError
+from agentprm.loop.config import LoopConfig, from_dict
+from agentprm.loop.sweep import load_variants, shared_stages
+
+ALL = {"tasks_train", "tasks_eval", "demos", "policy_0", "eval_pi0", "iter_1/rollouts"}
+
+
+def test_shared_stages_follow_the_inputs_each_stage_reads():
+    base = LoopConfig()
+    assert shared_stages(dataclasses.replace(base, algo="grpo"), base) == ALL
+    assert shared_stages(from_dict({"targets": {"shaping_alpha": 0.5}, "policy": {"steps": 5}}), base) == ALL
+    # more rollouts: π0 and its eval are the same, the rollouts are not
+    assert shared_stages(from_dict({"rollout": {"per_task": 2}}), base) == ALL - {"eval_pi0", "iter_1/rollouts"}
+    assert shared_stages(from_dict({"eval": {"max_steps": 10}}), base) == ALL - {"eval_pi0"}
+    # Reset-50-50 changes the rollouts even with equal rollout settings, on either side
+    reset = from_dict({"algo": "inverse-prm", "exploration": {"reset_frac": 0.5}})
+    assert shared_stages(reset, base) == shared_stages(base, reset) == ALL - {"iter_1/rollouts"}
+    assert shared_stages(from_dict({"policy0": {"retrain": True}}), base) == {"tasks_train", "tasks_eval", "demos"}
+    assert shared_stages(from_dict({"tasks": {"train": 8}}), base) == set()
+    assert shared_stages(from_dict({"seed": 1}), base) == set()
+
+
+def test_variants_merge_section_by_section_and_name_the_bad_field(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("base: {rollout: {per_task: 2, max_steps: 20}, eval: {best_of_n: []}}\n"
+                    "variants:\n  none: {}\n  shaped: {targets: {shaping_alpha: 0.5}, rollout: {per_task: 3}}\n")
+    variants = load_variants(path)
+    assert list(variants) == ["none", "shaped"]
+    assert variants["none"].rollout.per_task == 2 and variants["none"].targets.shaping_alpha == 0.0
+    shaped = variants["shaped"]
+    assert (shaped.rollout.per_task, shaped.rollout.max_steps, shaped.targets.shaping_alpha) == (3, 20, 0.5)
+    assert shaped.eval.best_of_n == [] and shaped.rollout.temperature == LoopConfig().rollout.temperature
+    path.write_text("variants:\n  bad: {exploration: {reset_frac: 2}}\n")
+    with pytest.raises(UserError, match=r"variants.bad: field 'exploration.reset_frac'"):
+        load_variants(path)
+    path.write_text("base: {}\n")
+    with pytest.raises(UserError, match="'variants'"):
+        load_variants(path)
