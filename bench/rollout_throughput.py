@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from agentprm.agent.encoding import PromptConfig
+from agentprm.agent.encoding import PromptConfig, prompt_ids
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.policies import RandomAgent
 from agentprm.envs.alfworld.tasks import TaskSpec, load_tasks
@@ -44,8 +44,10 @@ class Timed:
     def __init__(self, agent: LMAgent, one_at_a_time: bool):
         self.agent, self.one_at_a_time, self.seconds = agent, one_at_a_time, 0.0
         self.name, self.needs_expert = agent.name, agent.needs_expert
+        self.states: list = []
 
     def act(self, states: Sequence, turns: Sequence) -> list[str]:
+        self.states += states
         start = time.perf_counter()
         if self.one_at_a_time:
             replies = [self.agent.act([s], [t])[0] for s, t in zip(states, turns)]
@@ -86,9 +88,37 @@ def run_side(tasks: list[TaskSpec], model, tok, args: argparse.Namespace, one_at
                             progress=False)
     seconds = time.perf_counter() - start
     steps = sum(len(e.steps) for e in episodes)
+    prompt_tokens = sum(len(prompt_ids(tok, s, agent.agent.prompt_cfg)) for s in agent.states) / len(agent.states)
     side = {"steps": steps, "seconds": round(seconds, 2), "act_seconds": round(agent.seconds, 2),
+            "mean_prompt_tokens": round(prompt_tokens, 1),
             "steps_per_s": round(steps / seconds, 2), "act_steps_per_s": round(steps / agent.seconds, 2)}
     return side, [[s.action for s in e.steps] for e in episodes]
+
+
+@torch.no_grad()
+def forward_costs(model, pad_id: int, prompt_len: int, batch: int, new_tokens: int, seed: int) -> dict:
+    """Where a reply's time goes, at batch 1 and at `batch`: the prompt's forward (prefill) and each cached decode
+    step, on random prompts of the bench's mean prompt length. Prefill costs per token whatever the batch once the
+    matmuls are big enough, so batching can only amortise decoding: with decoding free, the ratio is at most
+    (prefill_1 + T·decode_1) / (prefill_B / B)."""
+    from agentprm.agent.lm import HFBackend
+
+    backend, gen = HFBackend(model, pad_id, pad_id), torch.Generator().manual_seed(seed)
+    costs = {}
+    for b in (1, batch):
+        prompts = torch.randint(4, model.config.vocab_size, (b, prompt_len), generator=gen).tolist()
+        backend.generate(prompts, 1, 0.0, 2, seed)   # warm-up
+        times = {}
+        for steps in (1, new_tokens):
+            start = time.perf_counter()
+            backend.generate(prompts, 1, 0.0, steps, seed)
+            times[steps] = time.perf_counter() - start
+        costs[b] = {"prefill_ms": 1000 * times[1], "decode_ms": 1000 * (times[new_tokens] - times[1]) / (new_tokens - 1)}
+    one, many = costs[1], costs[batch]
+    per_reply = lambda c, b: (c["prefill_ms"] + new_tokens * c["decode_ms"]) / b  # noqa: E731
+    return {"batch_1": one, f"batch_{batch}": many, "prompt_tokens": prompt_len,
+            "predicted_ratio": per_reply(one, 1) / per_reply(many, batch),
+            "ratio_bound_free_decoding": per_reply(one, 1) / (many["prefill_ms"] / batch)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,14 +134,25 @@ def main(argv: list[str] | None = None) -> int:
         single, single_actions = run_side(tasks, model, tok, args, one_at_a_time=True, pool=pool)
         batched, batched_actions = run_side(tasks, model, tok, args, one_at_a_time=False, pool=pool)
     ratio, act_ratio = batched["steps_per_s"] / single["steps_per_s"], batched["act_steps_per_s"] / single["act_steps_per_s"]
+    costs = None
+    if args.mode == "generate":
+        groups = (args.num_envs + 1) // 2    # the engine's two slot groups: each act() batches about half the envs
+        costs = forward_costs(model, tok.pad_token_id, round(batched["mean_prompt_tokens"]), groups,
+                              args.max_new_tokens, args.seed)
     identical = single_actions == batched_actions
     for name, side in (("one at a time", single), ("batched", batched)):
         print(f"{name:>14}: {side['steps_per_s']:7.1f} env-steps/s end to end, {side['act_steps_per_s']:7.1f} "
               f"counting act() only ({side['steps']} steps, {side['seconds']} s, {side['act_seconds']} s in act)")
     print(f"batched / one at a time: {ratio:.1f}x end to end (target >= {TARGET_RATIO:.0f}x), {act_ratio:.1f}x in act(); "
           f"actions identical: {identical}")
+    if costs:
+        one, many = costs["batch_1"], costs[f"batch_{groups}"]
+        print(f"forward costs at {costs['prompt_tokens']} prompt tokens: prefill {one['prefill_ms']:.1f} ms at batch 1, "
+              f"{many['prefill_ms'] / groups:.1f} ms per prompt at batch {groups}; decode step {one['decode_ms']:.2f} ms "
+              f"at batch 1, {many['decode_ms']:.2f} ms at batch {groups}: predicted {costs['predicted_ratio']:.1f}x, "
+              f"at most {costs['ratio_bound_free_decoding']:.1f}x even if batched decoding cost nothing")
     if args.json:
-        write_json(args.json, {"one_at_a_time": single, "batched": batched, "ratio": round(ratio, 2),
+        write_json(args.json, {"one_at_a_time": single, "batched": batched, "ratio": round(ratio, 2), "forward_costs": costs,
                                "act_ratio": round(act_ratio, 2), "identical_actions": identical,
                                "provenance": provenance(vars(args), args.seed)})
     return 0 if identical else 1
