@@ -1,7 +1,7 @@
 """Variants of one loop config side by side over seeds: a sweep file's `base` config with each variant's overrides
 (agentprm/loop/sweep.py), the stages a variant does exactly as the first one copied from it per seed.
 
-    python scripts/ablations.py --config configs/ablations-low-budget.yaml --seeds 0 1 2 --out runs/ablations
+    python scripts/ablations.py --config configs/sweeps/low-budget-exploration-shaping.yaml --seeds 0 1 2 --out runs/ablations
 
 Every row (π0, each π_i, Best-of-N) is pooled over seeds' eval episodes (Wilson 95% CI) with per-seed rates; wall
 time is the sum of the runs' stage seconds. Writes <out>/ablations.md and <out>/ablations.json; --resume continues.

@@ -1,6 +1,7 @@
 """Sweeps (scripts/compare_methods.py, scripts/ablations.py): which stages a variant shares with the first config,
 and the variants file."""
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +43,9 @@ def test_variants_merge_section_by_section_and_name_the_bad_field(tmp_path):
     path.write_text("base: {}\n")
     with pytest.raises(UserError, match="'variants'"):
         load_variants(path)
+
+
+@pytest.mark.parametrize("sweep", sorted((Path(__file__).parents[1] / "configs" / "sweeps").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_sweeps_load(sweep):
+    assert len(load_variants(sweep)) >= 2

@@ -82,7 +82,8 @@ def plot_prm_vs_success(update_history: dict[int, list[dict]], rows: list[dict],
 
 
 HACKING_SIGNALS = (("hack_prm", "Q_i, greedy replies"), ("hack_ens_std", "ensemble std"),
-                   ("hack_kl", "KL proxy to π_{i-1}"), ("hack_spearman", "probe Spearman"))
+                   ("hack_kl", "KL proxy to π_{i-1}"), ("hack_spearman", "probe Spearman"),
+                   ("hack_probe_success", "probe success\n(truth, not alarmed on)"))
 
 
 def plot_hacking(update_history: dict[int, list[dict]], path: Path) -> bool:
