@@ -18,12 +18,12 @@ from agentprm.loop.sweep import load_variants, run_sweep
 
 def markdown(sweep: dict[str, dict], seeds: list[int], config: str) -> str:
     lines = [f"Sweep `{config}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall time = the runs' "
-             "stage seconds summed over seeds.", "",
-             "| variant | policy | Best-of-N | success % | 95% CI | episodes | per seed % | wall s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "stage seconds summed over seeds; own s = without the stages shared with the first variant.", "",
+             "| variant | policy | Best-of-N | success % | 95% CI | episodes | per seed % | wall s | own s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, done in sweep.items():
         lines += [f"| {name} | {r['policy']} | {r['best_of_n']} | {rate_cells(r)} | {per_seed_cell(r)} | "
-                  f"{done['wall_seconds']:.0f} |" for r in done["rows"]]
+                  f"{done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |" for r in done["rows"]]
     return "\n".join(lines) + "\n"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from pathlib import Path
 
 from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
@@ -25,8 +26,9 @@ from agentprm.loop.sweep import run_sweep
 METHODS = ("agentprm", "inverse-prm", "grpo", "spro", "prime", "sft")
 
 
-def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int) -> list[dict]:
-    """BoN(N = width × expand) vs beam(width, expand) with the AgentPRM runs' last π and Q, same eval tasks."""
+def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int, resume: bool) -> list[dict]:
+    """BoN(N = width × expand) vs beam(width, expand) with the AgentPRM runs' last π and Q, same eval tasks; each
+    seed's pair of rows is saved to <out>/search/seed<k>-<width>x<expand>.json (reused with --resume)."""
     from agentprm.agent.lm import LMAgent
     from agentprm.agent.policies import BestOfNAgent
     from agentprm.envs.alfworld.tasks import load_tasks
@@ -36,6 +38,10 @@ def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int
 
     per_seed: dict[int, list[dict]] = {}
     for seed in seeds:
+        saved = out / "search" / f"seed{seed}-{width}x{expand}.json"
+        if resume and saved.exists():
+            per_seed[seed] = json.loads(saved.read_text())
+            continue
         run = out / "agentprm" / f"seed{seed}"
         last = f"iter_{base.iterations}"
         tasks = load_tasks(base.tasks.eval_dir or run / "tasks/eval", base.tasks.types)
@@ -49,15 +55,18 @@ def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int
         per_seed[seed] = [{"policy": f"BoN-{width * expand}", "iteration": base.iterations, "best_of_n": width * expand,
                            **bon}, {"policy": f"beam-{width}x{expand}", "iteration": base.iterations,
                                     "best_of_n": width * expand, **beam}]
+        write_json(saved, per_seed[seed])
     return pooled_rows(per_seed)
 
 
-def markdown(table: list[tuple[str, dict, float]], search: list[dict], seeds: list[int], config: str) -> str:
-    lines = [f"Config `{config}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall time summed "
-             "over seeds.", "", "| method | policy | success % | 95% CI | episodes | per seed % | wall s |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {method} | {r['policy']} | {rate_cells(r)} | {per_seed_cell(r)} | {wall:.0f} |"
-              for method, r, wall in table]
+def markdown(table: list[tuple[str, dict, dict]], search: list[dict], seeds: list[int], config: str) -> str:
+    lines = [f"Config `{config}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); seconds summed over "
+             "seeds: all stages, and the method's own (without the stages every method shares: tasks, π0's eval, "
+             "π0's rollouts).", "",
+             "| method | policy | success % | 95% CI | episodes | per seed % | wall s | own s |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {method} | {r['policy']} | {rate_cells(r)} | {per_seed_cell(r)} | {t['wall_seconds']:.0f} | "
+              f"{t['own_seconds']:.0f} |" for method, r, t in table]
     if search:
         lines += ["", "| test-time search (samples/turn) | success % | 95% CI | episodes |", "|---|---|---|---|"]
         lines += [f"| {r['policy']} ({r['best_of_n']}) | {rate_cells(r)} |" for r in search]
@@ -78,13 +87,14 @@ def main() -> None:
     sweep = run_sweep({algo: dataclasses.replace(base, algo=algo) for algo in args.methods}, args.seeds, out,
                       args.resume)
     for algo, done in sweep.items():
-        rows, wall = done["rows"], done["wall_seconds"]
+        rows, seconds = done["rows"], {k: done[k] for k in ("wall_seconds", "own_seconds")}
         last = max(r["iteration"] for r in rows)
         if not table:   # every method starts from the same π0: report it once, as "SFT"
-            table.append(("SFT π0", next(r for r in rows if r["iteration"] == 0), 0.0))
-        table.append((algo, next(r for r in rows if r["iteration"] == last and r["best_of_n"] == 1), wall))
-    search = search_comparison(base, args.seeds, out, *args.beam) if "agentprm" in args.methods else []
-    write_json(out / "compare.json", {"table": [{"method": m, **r, "wall_seconds": w} for m, r, w in table],
+            table.append(("SFT π0", next(r for r in rows if r["iteration"] == 0), {"wall_seconds": 0.0,
+                                                                                 "own_seconds": 0.0}))
+        table.append((algo, next(r for r in rows if r["iteration"] == last and r["best_of_n"] == 1), seconds))
+    search = search_comparison(base, args.seeds, out, *args.beam, args.resume) if "agentprm" in args.methods else []
+    write_json(out / "compare.json", {"table": [{"method": m, **r, **t} for m, r, t in table],
                                       "search": search, "seeds": args.seeds,
                                       "provenance": provenance(base.to_dict(), None)})
     text = markdown(table, search, args.seeds, args.config)

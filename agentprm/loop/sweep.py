@@ -33,21 +33,25 @@ def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
 
 
 def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resume: bool) -> dict[str, dict]:
-    """name -> {"rows": rows pooled over seeds, "wall_seconds": the runs' stage seconds summed over seeds}."""
+    """name -> {"rows": rows pooled over seeds, "wall_seconds": the runs' stage seconds summed over seeds,
+    "own_seconds": the same without the stages it shares with the first config (for the first: with itself), demos
+    excepted}."""
     first = next(iter(configs))
     summary = {}
     for name, base in configs.items():
-        per_seed, wall = {}, 0.0
+        per_seed, wall, own = {}, 0.0, 0.0
         for seed in seeds:
             cfg, run_dir = dataclasses.replace(base, seed=seed), out / name / f"seed{seed}"
-            reuse = None
-            if name != first:
-                reuse = (out / first / f"seed{seed}", shared_stages(cfg, dataclasses.replace(configs[first], seed=seed)))
+            shared = shared_stages(cfg, dataclasses.replace(configs[first], seed=seed))
+            reuse = None if name == first else (out / first / f"seed{seed}", shared)
             done = run_dir / "results.json"
             results = (json.loads(done.read_text()) if done.exists() and resume
                        else Loop(cfg, run_dir, resume, reuse=reuse).run())
-            per_seed[seed], wall = results["rows"], wall + sum(results["stage_seconds"].values())
-        summary[name] = {"rows": pooled_rows(per_seed), "wall_seconds": round(wall, 1)}
+            per_seed[seed] = results["rows"]
+            wall += sum(results["stage_seconds"].values())
+            # demos count as the method's own: only the methods that learn from demos pay for them
+            own += sum(s for stage, s in results["stage_seconds"].items() if stage not in shared - {"demos"})
+        summary[name] = {"rows": pooled_rows(per_seed), "wall_seconds": round(wall, 1), "own_seconds": round(own, 1)}
     return summary
 
 
