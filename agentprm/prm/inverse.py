@@ -14,7 +14,8 @@ could not leave [0.27, 0.73]: the classifier could never become confident. On lo
 monotone map of the learned Q, which is all that online DPO and Best-of-N use (they rank replies).
 
 Transitions come from stored episodes: the step after the last one is terminal when the episode was won; the last
-step of a truncated episode has no stored s′ (and s′ is not terminal), so it is dropped, as are failed episodes.
+step of a truncated episode (every failed one: ALFWorld has no losing terminal) has no stored s′ and s′ is not
+terminal, so that step is dropped; the episode's other steps are kept.
 """
 from __future__ import annotations
 
