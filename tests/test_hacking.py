@@ -176,3 +176,10 @@ def test_loop_runs_the_detector_when_enabled(tmp_path, generated_tasks):
     assert [h["step"] for h in update["history"] if "hack_prm" in h] == [2, 4]
     assert (run / "iter_1" / "prm_ensemble" / "1" / "config.json").exists()
     assert "plots/hacking.png" in (run / "report.md").read_text()
+    # the report's history starts at the detector's step-0 baseline (π_{i-1} itself), before the first logged step
+    from agentprm.loop.config import load_config
+    from agentprm.loop.run import Loop
+
+    loop = Loop(load_config(tmp_path / "c.yaml"), run, resume=True, progress=False)
+    loop.run()
+    assert [h["step"] for h in loop.update_history[1] if "hack_prm" in h] == [0, 2, 4]

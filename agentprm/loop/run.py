@@ -252,7 +252,10 @@ class Loop:
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())
             update = meta.get("online_dpo") or meta.get("policy_gradient") or {}
-            self.update_history[i] = update.get("history", [])
+            checks = (update.get("hacking") or {}).get("checks", [])
+            # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
+            baseline = [{"step": 0, **{f"hack_{k}": v for k, v in checks[0].items() if k != "step"}}] if checks else []
+            self.update_history[i] = baseline + update.get("history", [])
         results = {"rows": self.rows, "wall_seconds": round(time.monotonic() - start, 1),
                    "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),
                    "provenance": provenance(self.cfg.to_dict(), self.cfg.seed)}
