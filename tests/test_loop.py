@@ -141,11 +141,13 @@ def test_shipped_configs_load(config):
     assert get_algorithm(cfg.algo) and cfg.iterations >= 1
 
 
-def test_quickstart_yaml_spells_out_the_quickstart_defaults():
-    """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to LoopConfig()."""
+@pytest.mark.parametrize("name", ["quickstart.yaml", "compare.yaml"])
+def test_quickstart_yaml_spells_out_the_quickstart_defaults(name):
+    """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart", and reads compare.yaml's agentprm
+    row as those same runs: keep both equal to LoopConfig()."""
     from agentprm.loop.config import LoopConfig, load_config
 
-    assert load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml") == LoopConfig()
+    assert load_config(Path(__file__).parents[1] / "configs" / name) == LoopConfig()
 
 
 def test_paper_yaml_is_the_quickstart_with_more_iterations():

@@ -242,6 +242,7 @@ class Loop:
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:
         from agentprm.agent.lm import LMAgent
+        from agentprm.policy.hacking import logged
 
         start = time.monotonic()
         train_tasks, eval_tasks = self.tasks()
@@ -254,7 +255,7 @@ class Loop:
             update = meta.get("online_dpo") or meta.get("policy_gradient") or {}
             checks = (update.get("hacking") or {}).get("checks", [])
             # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
-            baseline = [{"step": 0, **{f"hack_{k}": v for k, v in checks[0].items() if k != "step"}}] if checks else []
+            baseline = [{"step": 0, **logged(checks[0])}] if checks else []
             self.update_history[i] = baseline + update.get("history", [])
         results = {"rows": self.rows, "wall_seconds": round(time.monotonic() - start, 1),
                    "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),

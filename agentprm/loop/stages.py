@@ -47,18 +47,20 @@ class StageRunner:
         if source is None:
             build(partial)
         else:
-            copy = shutil.copytree if (source / output).is_dir() else shutil.copy2
-            copy(source / output, partial)
-            extra = {"reused_from": str(source)}
+            other = source.parent.parent
+            copy = shutil.copytree if (other / output).is_dir() else shutil.copy2
+            copy(other / output, partial)
+            extra = {"reused_from": str(other)}
         partial.rename(final)
         self.timings[name] = round(time.monotonic() - start, 2)
         if source is not None:   # charge the stage's own cost: equal budgets stay comparable
-            self.timings[name] = json.loads((source / MARKERS / self.marker(name).name).read_text())["seconds"]
+            self.timings[name] = json.loads(source.read_text())["seconds"]
         write_json(self.marker(name), {"stage": name, "output": output, "seconds": self.timings[name], **extra})
         return final
 
     def _reusable(self, name: str) -> Path | None:
-        if self.reuse is None:
+        """The other run's completion marker of `name` when that stage may be copied from it, else None."""
+        if self.reuse is None or name not in self.reuse[1]:
             return None
-        other, names = self.reuse
-        return other if name in names and (other / MARKERS / self.marker(name).name).exists() else None
+        source = self.reuse[0] / MARKERS / self.marker(name).name
+        return source if source.exists() else None

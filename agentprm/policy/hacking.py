@@ -101,6 +101,11 @@ def episode_probe(tasks: Sequence, per_task: int, seed: int, max_steps: int, gam
     return probe
 
 
+def logged(check: dict) -> dict:
+    """A check's values as the `hack_*` keys of the training core's logged row (what the report plots)."""
+    return {f"hack_{k}": v for k, v in check.items() if k != "step"}
+
+
 class HackingDetector:
     """`on_log(step, row)` for `train_online_dpo`. `ensemble`: the other PRMs (Q_i itself is `prm`); `states`:
     the monitor states. Takes its own frozen copy of the policy's model now, as π_{i-1}, and runs the baseline
@@ -123,7 +128,7 @@ class HackingDetector:
         if step - self.checks[-1]["step"] < self.cfg.check_every:
             return False
         check = self.check(step)
-        row.update({f"hack_{k}": v for k, v in check.items() if k != "step"})
+        row.update(logged(check))
         return check["alarm"] and self.cfg.stop_on_alarm
 
     def check(self, step: int) -> dict:
