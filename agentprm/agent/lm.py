@@ -22,6 +22,7 @@ implementing the same two methods:
 """
 from __future__ import annotations
 
+import inspect
 import random
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -58,21 +59,27 @@ class HFBackend:
 
     def __init__(self, model, pad_id: int, eos_id: int):
         self.model, self.pad_id, self.eos_id = model.eval(), pad_id, eos_id
+        # the prompt's forward needs only the last position's logits (most HF causal LMs take logits_to_keep)
+        self._last_logits = ({"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters
+                             else {})
 
     def score(self, prompt_ids, candidate_ids) -> list[torch.Tensor]:
         return score_candidates(self.model, prompt_ids, candidate_ids, self.pad_id)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, prompt_ids, n, temperature, max_new_tokens, seed) -> list[list[list[int]]]:
         device = next(self.model.parameters()).device
         rows = [p for p in prompt_ids for _ in range(n)]
         ids, mask = (t.to(device) for t in left_pad(rows, self.pad_id))
+        width = ids.shape[1]
         gen = torch.Generator(device=device).manual_seed(seed)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
+                         **self._last_logits)
         next_pos = mask.sum(-1)
+        mask = torch.cat([mask, mask.new_ones(len(rows), max_new_tokens)], 1)  # sliced per step, not regrown
         done = torch.zeros(len(rows), dtype=torch.bool, device=device)
         tokens = []
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             logits = out.logits[:, -1].float()
             if temperature > 0:
                 tok = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen).squeeze(-1)
@@ -83,9 +90,8 @@ class HFBackend:
             done |= tok == self.eos_id
             if done.all():
                 break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            out = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                             cache=out.cache, use_cache=True)
+            out = self.model(input_ids=tok[:, None], attention_mask=mask[:, :width + step + 1],
+                             position_ids=next_pos[:, None], cache=out.cache, use_cache=True)
             next_pos = next_pos + 1
         seqs = torch.stack(tokens, 1).tolist() if tokens else [[] for _ in rows]
         completions = [_until_eos(s, self.eos_id) for s in seqs]
