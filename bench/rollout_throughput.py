@@ -2,6 +2,7 @@
 
     python bench/rollout_throughput.py [--games DIR] [--num-envs 16] [--max-steps 20] [--workers 2]
                                        [--mode generate|choose] [--max-new-tokens 32] [--model tiny]
+                                       [--threads 1]
 
 Both sides play the same episodes (the first --num-envs games of --games, or that many generated eval games)
 with the same untrained model (--model preset), greedy, on one env pool (--num-envs slots, --workers processes)
@@ -66,6 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("choose", "generate"), default="generate", help="decoding mode (default generate)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="reply length in generate mode (default 32)")
     p.add_argument("--model", default="tiny", help="preset of the untrained model both sides use (default tiny)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, both sides (default 1: the env workers "
+                   "share the cores)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the numbers here")
     return p.parse_args(argv)
@@ -123,7 +126,7 @@ def forward_costs(model, pad_id: int, prompt_len: int, batch: int, new_tokens: i
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(1)  # the env workers need the other cores
+    torch.set_num_threads(args.threads)
     tok = build_tokenizer()
     model = build_model(args.model, tok, seed=args.seed).eval()
     with tempfile.TemporaryDirectory() as scratch, EnvPool(args.workers, num_slots=args.num_envs) as pool:
