@@ -14,6 +14,10 @@
    (Placeholder -> Variable) for every symbol: three quarters of a step's time once 1 and 2 are cached. Copying
    the two dicts is enough: derivation adds keys to them (`query`) but never mutates their values (the
    grammar's `{...}` expressions only read attributes, e.g. `{o.indefinite + ' ' + o.name}`, `{r.name or r.id}`).
+4. Re-deriving the admissible commands of a state already seen. They are a function of the game and its PDDL
+   facts, so they are cached per (game, facts): an inadmissible command leaves the state as it was, and the K
+   rollouts of a task keep passing through the same states. A hit skips the planner's applicable-operator query
+   and every command's derivation (most of a step); it restores the operator table that `apply` reads.
 
 `bench/env_steps.py` measures the effect side by side; `tests/test_alfworld_env.py` checks transcripts match.
 """
@@ -85,6 +89,19 @@ def install() -> None:
         return copy.deepcopy(parse_cache[key])
 
     textgen._parse_and_convert = cached_parse
+    # every game embeds the same grammar file, which `GameLogic` re-parsed at each env's load
+    logic_parse = tw_logic._parse_and_convert
+    logic_cache: dict = {}
+
+    def cached_logic_parse(text, rule_name=None, **kwargs):
+        key = (text, rule_name)
+        if key not in logic_cache:
+            if len(logic_cache) > 16:
+                logic_cache.clear()
+            logic_cache[key] = logic_parse(text, rule_name=rule_name, **kwargs)
+        return copy.deepcopy(logic_cache[key])
+
+    tw_logic._parse_and_convert = cached_logic_parse
     textgen.copy_context = _copy_context
     Rule.parse_conjunctive_query = classmethod(functools.lru_cache(maxsize=4096)(Rule.parse_conjunctive_query.__func__))
 
@@ -104,4 +121,46 @@ def install() -> None:
             return cached_pddl2sas if name == "pddl2sas" else getattr(fast_downward, name)
 
     tw_logic.fast_downward = _FastDownward()
+    _cache_admissible_commands()
     _installed = True
+
+
+_GATHERED = ("_valid_actions", "_valid_commands", "admissible_commands")
+
+
+def _cache_admissible_commands(max_states: int = 8192) -> None:
+    from textworld.envs.pddl.pddl import PddlEnv
+
+    gather = PddlEnv._gather_infos
+    cache: dict = {}   # (problem text, facts) -> (the state's operator table, the three lists of _GATHERED)
+
+    def cached_gather_infos(self):
+        if self.request_infos.policy_commands:   # the planner's plan depends on more than the facts
+            return gather(self)
+        pddl_state = self._pddl_state
+        key = (pddl_state.pddl_problem, frozenset(pddl_state.facts))
+        hit = cache.get(key)
+        if hit is None:
+            gather(self)
+            if len(cache) >= max_states:
+                cache.clear()
+            cache[key] = (pddl_state._operators, tuple(self.state[k] for k in _GATHERED))
+            return
+        # what the stock method sets, in its order, with the cached lists copied (the caller may mutate them)
+        state = self.state
+        state["command_templates"] = sorted(set(action.template for action in self._logic.actions.values()))
+        state["won"] = pddl_state.check_goal()
+        state["lost"] = False
+        state["_entity_infos"] = dict(self._entity_infos)
+        state["_facts"] = list(pddl_state.facts)
+        if self.request_infos.facts:
+            state["facts"] = list(map(self._get_human_readable_fact, state["_facts"]))
+        state["last_action"] = None
+        state["_last_action"] = self._last_action
+        pddl_state._operators, lists = hit
+        for k, value in zip(_GATHERED, lists):
+            state[k] = list(value)
+        if self.request_infos.moves:
+            state["moves"] = self._moves
+
+    PddlEnv._gather_infos = cached_gather_infos
