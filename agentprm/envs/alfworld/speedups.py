@@ -1,8 +1,9 @@
-"""Remove the three things that dominated TextWorld-PDDL step time, with byte-identical transcripts:
+"""Remove what dominated TextWorld-PDDL step and load time, with byte-identical transcripts:
 
-1. The TatSu parse of grammar snippets. `PddlEnv` re-parses the same snippets for every admissible command on
-   every step; parse trees are cached and deep-copied on the way out because derivation mutates them.
-   `Rule.parse_conjunctive_query` (grammar rule conditions) is likewise pure and cached.
+1. TatSu parses. `PddlEnv` re-parses the same grammar snippets for every admissible command on every step, and
+   `GameLogic` the same grammar file (every game embeds it) at every env load; parse trees are cached and
+   deep-copied on the way out because derivation mutates them. `Rule.parse_conjunctive_query` (grammar rule
+   conditions) is likewise pure and cached.
 2. Fast Downward's PDDL→SAS translation, run twice per `load()` and again per `reset()` for the same problem.
    Cached per (domain, problem, optimize) in memory, and its SAS text on disk (`sas_cache_dir()`, one file per
    sha256 of the key): without the disk cache every new env process translated each game it had not loaded
@@ -89,7 +90,6 @@ def install() -> None:
         return copy.deepcopy(parse_cache[key])
 
     textgen._parse_and_convert = cached_parse
-    # every game embeds the same grammar file, which `GameLogic` re-parsed at each env's load
     logic_parse = tw_logic._parse_and_convert
     logic_cache: dict = {}
 
