@@ -2,15 +2,16 @@
 
     python bench/rollout_throughput.py [--games DIR] [--num-envs 16] [--max-steps 20] [--workers 2]
                                        [--mode generate|choose] [--max-new-tokens 32] [--model tiny]
-                                       [--threads 1]
+                                       [--threads 1] [--repeats 3]
 
 Both sides play the same episodes (the first --num-envs games of --games, or that many generated eval games)
 with the same untrained model (--model preset), greedy, on one env pool (--num-envs slots, --workers processes)
 and the same engine; the only difference is that the one-at-a-time side hands the model one state per call. The
 pool is warmed up first (untimed), so neither side pays worker start-up: the numbers are steady-state throughput.
 Greedy choices do not depend on the batch, so both sides must take identical actions (checked; exit 1 if not).
-Prints env-steps/s for both, end to end and counting only the time spent in `act`, and the ratio (target >= 5x
-end to end).
+The sides alternate --repeats times (so drift in the machine's load hits both alike); it prints each side's
+median env-steps/s, end to end and counting only the time spent in `act`, and their ratio (target >= 5x end to
+end), with the ratio of every repeat.
 
 Default: free generation of --max-new-tokens 32 tokens per reply, the length of the paper's "REASON: ... ACTION:
 ..." replies (an untrained model never emits EOS, so every reply is exactly that long). `--mode choose` measures
@@ -19,6 +20,7 @@ our tiny agent's default decoding, scoring the admissible commands; see docs/res
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -69,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="tiny", help="preset of the untrained model both sides use (default tiny)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, both sides (default 1: the env workers "
                    "share the cores)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each side, alternating (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the numbers here")
     return p.parse_args(argv)
@@ -96,6 +99,11 @@ def run_side(tasks: list[TaskSpec], model, tok, args: argparse.Namespace, one_at
             "mean_prompt_tokens": round(prompt_tokens, 1),
             "steps_per_s": round(steps / seconds, 2), "act_steps_per_s": round(steps / agent.seconds, 2)}
     return side, [[s.action for s in e.steps] for e in episodes]
+
+
+def median_run(sides: list[dict]) -> dict:
+    """Each number the median over the runs of one side."""
+    return {k: statistics.median(s[k] for s in sides) for k in sides[0]}
 
 
 @torch.no_grad()
@@ -126,6 +134,9 @@ def forward_costs(model, pad_id: int, prompt_len: int, batch: int, new_tokens: i
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if min(args.threads, args.num_envs, args.repeats) < 1:
+        raise SystemExit(f"--threads, --num-envs and --repeats must be at least 1 "
+                         f"(got {args.threads}, {args.num_envs}, {args.repeats})")
     torch.set_num_threads(args.threads)
     tok = build_tokenizer()
     model = build_model(args.model, tok, seed=args.seed).eval()
@@ -134,20 +145,27 @@ def main(argv: list[str] | None = None) -> int:
         # untimed warm-up on the same pool: worker start-up and the per-process caches are paid once, by neither side
         run_episodes(episode_jobs(tasks, 1, args.seed, 1, "warmup"), RandomAgent(args.seed), pool=pool,
                      progress=False)
-        single, single_actions = run_side(tasks, model, tok, args, one_at_a_time=True, pool=pool)
-        batched, batched_actions = run_side(tasks, model, tok, args, one_at_a_time=False, pool=pool)
+        runs: dict[bool, list[dict]] = {True: [], False: []}
+        actions = []
+        for _ in range(args.repeats):
+            for one_at_a_time in (True, False):
+                side, acts = run_side(tasks, model, tok, args, one_at_a_time, pool)
+                runs[one_at_a_time].append(side)
+                actions.append(acts)
+    single, batched = median_run(runs[True]), median_run(runs[False])
     ratio, act_ratio = batched["steps_per_s"] / single["steps_per_s"], batched["act_steps_per_s"] / single["act_steps_per_s"]
+    ratios = [round(b["steps_per_s"] / s["steps_per_s"], 2) for s, b in zip(runs[True], runs[False])]
     costs = None
     if args.mode == "generate":
         groups = (args.num_envs + 1) // 2    # the engine's two slot groups: each act() batches about half the envs
         costs = forward_costs(model, tok.pad_token_id, round(batched["mean_prompt_tokens"]), groups,
                               args.max_new_tokens, args.seed)
-    identical = single_actions == batched_actions
+    identical = all(a == actions[0] for a in actions)
     for name, side in (("one at a time", single), ("batched", batched)):
         print(f"{name:>14}: {side['steps_per_s']:7.1f} env-steps/s end to end, {side['act_steps_per_s']:7.1f} "
               f"counting act() only ({side['steps']} steps, {side['seconds']} s, {side['act_seconds']} s in act)")
-    print(f"batched / one at a time: {ratio:.1f}x end to end (target >= {TARGET_RATIO:.0f}x), {act_ratio:.1f}x in act(); "
-          f"actions identical: {identical}")
+    print(f"batched / one at a time: {ratio:.1f}x end to end (target >= {TARGET_RATIO:.0f}x; repeats "
+          f"{', '.join(f'{r:.1f}' for r in ratios)}), {act_ratio:.1f}x in act(); actions identical: {identical}")
     if costs:
         one, many = costs["batch_1"], costs[f"batch_{groups}"]
         print(f"forward costs at {costs['prompt_tokens']} prompt tokens: prefill {one['prefill_ms']:.1f} ms at batch 1, "
@@ -155,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
               f"at batch 1, {many['decode_ms']:.2f} ms at batch {groups}: predicted {costs['predicted_ratio']:.1f}x, "
               f"at most {costs['ratio_bound_free_decoding']:.1f}x even if batched decoding cost nothing")
     if args.json:
-        write_json(args.json, {"one_at_a_time": single, "batched": batched, "ratio": round(ratio, 2), "forward_costs": costs,
+        write_json(args.json, {"one_at_a_time": single, "batched": batched, "ratio": round(ratio, 2),
+                               "ratio_per_repeat": ratios, "runs": {"one_at_a_time": runs[True], "batched": runs[False]},
+                               "forward_costs": costs,
                                "act_ratio": round(act_ratio, 2), "identical_actions": identical,
                                "provenance": provenance(vars(args), args.seed)})
     return 0 if identical else 1

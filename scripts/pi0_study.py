@@ -102,11 +102,13 @@ def collect(args) -> dict:
             runs.append(row)
             by_seed[seed].append(row)
             checkpoints = run.parent / f"{run.name}-checkpoints"
+            steps = set()
             for ckpt in sorted(checkpoints.glob("step-*")):
                 c = json.loads((ckpt / "eval.json").read_text())
+                steps.add(int(ckpt.name[5:]))
                 curve[seed].append({"step": int(ckpt.name[5:]), "success_rate": c["success_rate"],
                                     "episodes": c["episodes"]})
-            if checkpoints.exists():
+            if steps and sft["steps"] not in steps:  # the final model, unless also saved as the last checkpoint
                 curve[seed].append({"step": sft["steps"], "success_rate": ev["success_rate"],
                                     "episodes": ev["episodes"]})
     return {"runs": runs, "by_size": sorted(pooled_rows(by_seed, key=("size",)), key=lambda r: r["size"]),

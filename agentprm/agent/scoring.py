@@ -45,6 +45,7 @@ def positions(mask: torch.Tensor, offset: torch.Tensor | None = None) -> torch.T
 
 
 MAX_MASK_ELEMENTS = 2 ** 25  # packed rows per forward: batch x length^2 of the 4-D mask stays under this
+PADDING_SLACK = 1.25  # a forward may cost at most this much more than its rows unpadded (cost ~ length^2)
 
 
 @torch.no_grad()
@@ -57,15 +58,25 @@ def score_candidates(model, prompt_ids: Sequence[Sequence[int]], candidate_ids: 
     position ids continue from the prompt's end, so it is scored exactly as if it followed the prompt alone.
     One forward per batch of rows, with no per-candidate copy of the prompt's KV cache (2.8x faster on CPU with
     12 prompts and 271 admissible commands). Needs an attention implementation that takes a 4-D mask (eager or
-    sdpa, the Hugging Face default)."""
+    sdpa, the Hugging Face default).
+
+    A forward costs its longest row's length squared for every row (the mask is dense), and packed rows differ a
+    lot in length (a room lists 10 to 60 commands), so rows are sorted by length and cut into forwards whose
+    padded cost stays within PADDING_SLACK of their own: batching all of them at once was slower than one row at
+    a time."""
     rows = [_pack(p, cands) for p, cands in zip(prompt_ids, candidate_ids)]
-    scores: list[torch.Tensor] = []
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    scores: list[torch.Tensor | None] = [None] * len(rows)
     lo = 0
-    while lo < len(rows):  # as many rows per forward as the mask budget allows (at least one)
-        hi = lo + 1
-        while hi < len(rows) and (hi + 1 - lo) * max(len(r[0]) for r in rows[lo:hi + 1]) ** 2 <= MAX_MASK_ELEMENTS:
-            hi += 1
-        scores += _score_rows(model, rows[lo:hi], pad_id)
+    while lo < len(order):
+        hi, own = lo + 1, len(rows[order[lo]][0]) ** 2
+        while hi < len(order):
+            longest = len(rows[order[hi]][0]) ** 2  # sorted: the newcomer is the longest
+            if (hi + 1 - lo) * longest > min(MAX_MASK_ELEMENTS, PADDING_SLACK * (own + longest)):
+                break
+            hi, own = hi + 1, own + longest
+        for i, score in zip(order[lo:hi], _score_rows(model, [rows[i] for i in order[lo:hi]], pad_id)):
+            scores[i] = score
         lo = hi
     return scores
 
