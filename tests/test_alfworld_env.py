@@ -62,6 +62,19 @@ def test_cached_and_uncached_transcripts_are_identical(games, tmp_path):
     assert all(episode[len(walkthrough(g))][-1] for g, episode in zip(games, cached))  # walkthrough wins
 
 
+def test_a_seen_state_reuses_its_admissible_commands(games):
+    from agentprm.envs.alfworld import speedups
+
+    env = AlfWorldEnv(games[0])
+    first = env.reset()
+    seen = len(speedups._gathered_by_state)
+    assert seen > 0
+    again = AlfWorldEnv(games[0]).reset()   # another env, same game and state: a cache hit, same turn
+    nothing = env.step("dance")             # an inadmissible command leaves the state as it was
+    assert len(speedups._gathered_by_state) == seen
+    assert again == first and nothing.admissible == first.admissible and nothing.observation == "Nothing happens."
+
+
 def test_sas_disk_cache_is_written_then_read_with_identical_transcripts(games, tmp_path):
     cache = tmp_path / "sas"
     first = fresh_process_transcripts(games, tmp_path / "first.json", fast=True, sas_cache=cache)

@@ -106,7 +106,7 @@ def test_greedy_at_temperature_zero_repeats_one_reply(model, tok, states_turns):
 
 def test_packed_candidate_scores_equal_plain_forward_passes(model, tok, states_turns):
     """Packing a prompt and all its candidates behind a 4-D mask scores each candidate exactly as a plain forward
-    over prompt + candidate does, also when the mask budget splits the batch."""
+    over prompt + candidate does, also when the mask budget splits the batch, whatever the order of the rows."""
     from agentprm.agent import scoring
     from agentprm.agent.encoding import reply_ids
 
@@ -128,6 +128,10 @@ def test_packed_candidate_scores_equal_plain_forward_passes(model, tok, states_t
     finally:
         scoring.MAX_MASK_ELEMENTS = budget
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, split))
+    # rows are scored sorted by length (at most 25% padding per forward); the scores come back in input order
+    assert len({len(p) + sum(map(len, cs)) for p, cs in zip(prompts, cands)}) > 1
+    flipped = scoring.score_candidates(model, prompts[::-1], cands[::-1], tok.pad_token_id)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got[::-1], flipped))
 
 
 def test_cached_batched_generation_equals_plain_greedy_decoding(model, tok, states_turns):

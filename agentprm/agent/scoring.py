@@ -61,7 +61,7 @@ def score_candidates(model, prompt_ids: Sequence[Sequence[int]], candidate_ids: 
     sdpa, the Hugging Face default).
 
     A forward costs its longest row's length squared for every row (the mask is dense), and packed rows differ a
-    lot in length (a room lists 10 to 60 commands), so rows are sorted by length and cut into forwards whose
+    lot in length (a state has 10 to 40 admissible commands), so rows are sorted by length and cut into forwards whose
     padded cost stays within PADDING_SLACK of their own: batching all of them at once was slower than one row at
     a time."""
     rows = [_pack(p, cands) for p, cands in zip(prompt_ids, candidate_ids)]

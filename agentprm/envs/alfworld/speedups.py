@@ -126,13 +126,14 @@ def install() -> None:
 
 
 _GATHERED = ("_valid_actions", "_valid_commands", "admissible_commands")
+_gathered_by_state: dict = {}   # (problem text, facts) -> (the state's operator table, the lists of _GATHERED)
 
 
 def _cache_admissible_commands(max_states: int = 8192) -> None:
     from textworld.envs.pddl.pddl import PddlEnv
 
     gather = PddlEnv._gather_infos
-    cache: dict = {}   # (problem text, facts) -> (the state's operator table, the three lists of _GATHERED)
+    cache = _gathered_by_state
 
     def cached_gather_infos(self):
         if self.request_infos.policy_commands:   # the planner's plan depends on more than the facts
