@@ -2,7 +2,7 @@
 
     python bench/rollout_throughput.py [--games DIR] [--num-envs 16] [--max-steps 20] [--workers 2]
                                        [--mode generate|choose] [--max-new-tokens 32] [--model tiny]
-                                       [--threads 1] [--repeats 3]
+                                       [--threads 1] [--repeats 3] [--device cpu]
 
 Both sides play the same episodes (the first --num-envs games of --games, or that many generated eval games)
 with the same untrained model (--model preset), greedy, on one env pool (--num-envs slots, --workers processes)
@@ -71,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="tiny", help="preset of the untrained model both sides use (default tiny)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, both sides (default 1: the env workers "
                    "share the cores)")
+    p.add_argument("--device", default="cpu", help="torch device of the model, both sides (default cpu; e.g. cuda)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each side, alternating (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the numbers here")
@@ -102,8 +103,8 @@ def run_side(tasks: list[TaskSpec], model, tok, args: argparse.Namespace, one_at
 
 
 def median_run(sides: list[dict]) -> dict:
-    """Each number the median over the runs of one side."""
-    return {k: statistics.median(s[k] for s in sides) for k in sides[0]}
+    """Each number the median over the runs of one side (the lower middle one for an even count)."""
+    return {k: statistics.median_low(s[k] for s in sides) for k in sides[0]}
 
 
 @torch.no_grad()
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"(got {args.threads}, {args.num_envs}, {args.repeats})")
     torch.set_num_threads(args.threads)
     tok = build_tokenizer()
-    model = build_model(args.model, tok, seed=args.seed).eval()
+    model = build_model(args.model, tok, seed=args.seed).eval().to(args.device)
     with tempfile.TemporaryDirectory() as scratch, EnvPool(args.workers, num_slots=args.num_envs) as pool:
         tasks = bench_tasks(args, Path(scratch))
         # untimed warm-up on the same pool: worker start-up and the per-process caches are paid once, by neither side
