@@ -75,6 +75,15 @@ def test_a_seen_state_reuses_its_admissible_commands(games):
     assert again == first and nothing.admissible == first.admissible and nothing.observation == "Nothing happens."
 
 
+def test_admissible_cache_starting_over_changes_nothing(games, monkeypatch):
+    from agentprm.envs.alfworld import speedups
+
+    want = transcript(games[0], fast=True)
+    monkeypatch.setattr(speedups, "MAX_STATES", 2)   # starts over every other new state: facts renumbered each time
+    assert transcript(games[0], fast=True) == want
+    assert len(speedups._gathered_by_state) <= 2
+
+
 def test_sas_disk_cache_is_written_then_read_with_identical_transcripts(games, tmp_path):
     cache = tmp_path / "sas"
     first = fresh_process_transcripts(games, tmp_path / "first.json", fast=True, sas_cache=cache)

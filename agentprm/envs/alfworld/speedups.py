@@ -18,12 +18,15 @@
 4. Re-deriving the admissible commands of a state already seen. They are a function of the game and its PDDL
    facts, so they are cached per (game, facts): an inadmissible command leaves the state as it was, and the K
    rollouts of a task keep passing through the same states. A hit skips the planner's applicable-operator query
-   and every command's derivation (most of a step); it restores the operator table that `apply` reads.
+   and every command's derivation (most of a step); it restores the operator table that `apply` reads. At most
+   2,048 states a process (~50 KB each, mostly TextWorld's Action objects), then the cache starts over.
 
 `bench/env_steps.py` measures the effect side by side; `tests/test_alfworld_env.py` checks transcripts match.
 """
 from __future__ import annotations
 
+import array
+import collections
 import copy
 import functools
 import hashlib
@@ -126,26 +129,36 @@ def install() -> None:
 
 
 _GATHERED = ("_valid_actions", "_valid_commands", "admissible_commands")
-_gathered_by_state: dict = {}   # (problem text, facts) -> (the state's operator table, the lists of _GATHERED)
+# what `PddlState.apply` reads of an applicable operator; Fast Downward's ctypes struct also holds a 1 KB name
+_Operator = collections.namedtuple("_Operator", "id nb_effect_atoms")
+MAX_STATES = 2048
+_gathered_by_state: dict = {}   # (problem text, its facts as ids) -> (the valid actions' operators, _GATHERED lists)
 
 
-def _cache_admissible_commands(max_states: int = 8192) -> None:
+def _cache_admissible_commands() -> None:
     from textworld.envs.pddl.pddl import PddlEnv
 
     gather = PddlEnv._gather_infos
     cache = _gathered_by_state
+    fact_ids: dict = {}   # problem text -> {fact: small int}
 
     def cached_gather_infos(self):
         if self.request_infos.policy_commands:   # the planner's plan depends on more than the facts
             return gather(self)
+        if len(cache) >= MAX_STATES:   # bounded memory (~50 KB a state); both go, or keys would be renumbered
+            cache.clear()
+            fact_ids.clear()
         pddl_state = self._pddl_state
-        key = (pddl_state.pddl_problem, frozenset(pddl_state.facts))
+        # the facts as sorted small ints: exact, and ~1 KB a key instead of a frozenset's ~30 KB hash table
+        ids = fact_ids.setdefault(pddl_state.pddl_problem, {})
+        facts = sorted(ids.setdefault(f, len(ids)) for f in pddl_state.facts)
+        key = (pddl_state.pddl_problem, array.array("I", facts).tobytes())
         hit = cache.get(key)
         if hit is None:
             gather(self)
-            if len(cache) >= max_states:
-                cache.clear()
-            cache[key] = (pddl_state._operators, tuple(self.state[k] for k in _GATHERED))
+            ops = pddl_state._operators   # only the valid actions' operators can be applied
+            operators = {a.id: _Operator(a.id, ops[a.id].nb_effect_atoms) for a in self.state["_valid_actions"]}
+            cache[key] = (operators, tuple(self.state[k] for k in _GATHERED))
             return
         # what the stock method sets, in its order, with the cached lists copied (the caller may mutate them)
         state = self.state
