@@ -138,9 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.threads, args.num_envs, args.repeats) < 1:
         raise SystemExit(f"--threads, --num-envs and --repeats must be at least 1 "
                          f"(got {args.threads}, {args.num_envs}, {args.repeats})")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:
+        raise SystemExit(f"--device {args.device!r}: {e}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device!r}: this torch build sees no CUDA device")
     torch.set_num_threads(args.threads)
     tok = build_tokenizer()
-    model = build_model(args.model, tok, seed=args.seed).eval().to(args.device)
+    model = build_model(args.model, tok, seed=args.seed).eval().to(device)
     with tempfile.TemporaryDirectory() as scratch, EnvPool(args.workers, num_slots=args.num_envs) as pool:
         tasks = bench_tasks(args, Path(scratch))
         # untimed warm-up on the same pool: worker start-up and the per-process caches are paid once, by neither side

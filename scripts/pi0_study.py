@@ -104,9 +104,9 @@ def collect(args) -> dict:
             checkpoints = run.parent / f"{run.name}-checkpoints"
             steps = set()
             for ckpt in sorted(checkpoints.glob("step-*")):
-                c = json.loads((ckpt / "eval.json").read_text())
-                steps.add(int(ckpt.name[5:]))
-                curve[seed].append({"step": int(ckpt.name[5:]), "success_rate": c["success_rate"],
+                c, step = json.loads((ckpt / "eval.json").read_text()), int(ckpt.name[5:])
+                steps.add(step)
+                curve[seed].append({"step": step, "success_rate": c["success_rate"],
                                     "episodes": c["episodes"]})
             if steps and sft["steps"] not in steps:  # the final model, unless also saved as the last checkpoint
                 curve[seed].append({"step": sft["steps"], "success_rate": ev["success_rate"],

@@ -75,6 +75,22 @@ def _copy_context(context: dict) -> dict:
             "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
 
 
+def _deep_copied_cache(parse, max_entries: int | None = None):
+    """`parse(text, rule_name=...)` cached per (text, rule_name); each call gets its own deep copy, because
+    derivation mutates parse trees. Starts over past `max_entries` (None: unbounded)."""
+    cache: dict = {}
+
+    def cached(text, rule_name=None, **kwargs):
+        key = (text, rule_name)
+        if key not in cache:
+            if max_entries is not None and len(cache) > max_entries:
+                cache.clear()
+            cache[key] = parse(text, rule_name=rule_name, **kwargs)
+        return copy.deepcopy(cache[key])
+
+    return cached
+
+
 def install() -> None:
     global _installed
     if _installed:
@@ -83,28 +99,8 @@ def install() -> None:
     from textworld.envs.pddl import textgen
     from textworld.logic import Rule
 
-    parse = textgen._parse_and_convert
-    parse_cache: dict = {}
-
-    def cached_parse(text, rule_name=None, **kwargs):
-        key = (text, rule_name)
-        if key not in parse_cache:
-            parse_cache[key] = parse(text, rule_name=rule_name, **kwargs)
-        return copy.deepcopy(parse_cache[key])
-
-    textgen._parse_and_convert = cached_parse
-    logic_parse = tw_logic._parse_and_convert
-    logic_cache: dict = {}
-
-    def cached_logic_parse(text, rule_name=None, **kwargs):
-        key = (text, rule_name)
-        if key not in logic_cache:
-            if len(logic_cache) > 16:
-                logic_cache.clear()
-            logic_cache[key] = logic_parse(text, rule_name=rule_name, **kwargs)
-        return copy.deepcopy(logic_cache[key])
-
-    tw_logic._parse_and_convert = cached_logic_parse
+    textgen._parse_and_convert = _deep_copied_cache(textgen._parse_and_convert)
+    tw_logic._parse_and_convert = _deep_copied_cache(tw_logic._parse_and_convert, max_entries=16)  # every game embeds the same grammar file
     textgen.copy_context = _copy_context
     Rule.parse_conjunctive_query = classmethod(functools.lru_cache(maxsize=4096)(Rule.parse_conjunctive_query.__func__))
 
@@ -158,7 +154,7 @@ def _cache_admissible_commands() -> None:
             gather(self)
             ops = pddl_state._operators   # only the valid actions' operators can be applied
             operators = {a.id: _Operator(a.id, ops[a.id].nb_effect_atoms) for a in self.state["_valid_actions"]}
-            cache[key] = (operators, tuple(self.state[k] for k in _GATHERED))
+            cache[key] = (operators, tuple(tuple(self.state[k]) for k in _GATHERED))
             return
         # what the stock method sets, in its order, with the cached lists copied (the caller may mutate them)
         state = self.state
