@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from agentprm.eval.paired import comparisons, comparisons_table
 from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
@@ -22,7 +23,7 @@ from agentprm.loop.run import Loop
 PAPER = {("pi0", 1): 64.9, ("pi1", 1): 73.9, ("pi2", 1): 85.8, ("pi3", 1): 88.1, ("pi3", 16): 91.0}
 
 
-def markdown(rows: list[dict], seeds: list[int], config: str) -> str:
+def markdown(rows: list[dict], seeds: list[int], config: str, comps: list[dict] = ()) -> str:
     lines = [f"Config `{config}`, seeds {seeds}; success pooled over seeds' eval episodes (Wilson 95% CI).", "",
              "| policy | Best-of-N | success % | 95% CI | episodes | per seed % | paper % |",
              "|---|---|---|---|---|---|---|"]
@@ -30,6 +31,9 @@ def markdown(rows: list[dict], seeds: list[int], config: str) -> str:
         paper = PAPER.get((r["policy"], r["best_of_n"]))
         lines.append(f"| {r['policy']} | {r['best_of_n']} | {rate_cells(r)} | {per_seed_cell(r)} | "
                      f"{'' if paper is None else paper} |")
+    if comps:
+        lines += ["", "Paired differences (same eval tasks and seeds; bootstrap over tasks, seeds as strata):", "",
+                  comparisons_table(comps)]
     return "\n".join(lines) + "\n"
 
 
@@ -45,11 +49,12 @@ def main() -> None:
     for seed in args.seeds:
         cfg = dataclasses.replace(base, seed=seed)
         per_seed[seed] = Loop(cfg, Path(args.out) / f"seed{seed}", resume=args.resume).run()["rows"]
-    rows = pooled_rows(per_seed)
-    write_json(Path(args.out) / "paper_table.json", {"rows": rows, "seeds": args.seeds,
+    rows, comps = pooled_rows(per_seed), comparisons(per_seed)
+    write_json(Path(args.out) / "paper_table.json", {"rows": rows, "comparisons": comps, "seeds": args.seeds,
                                                      "provenance": provenance(base.to_dict(), None)})
-    write_text(Path(args.out) / "paper_table.md", markdown(rows, args.seeds, args.config))
-    print(markdown(rows, args.seeds, args.config))
+    text = markdown(rows, args.seeds, args.config, comps)
+    write_text(Path(args.out) / "paper_table.md", text)
+    print(text)
 
 
 if __name__ == "__main__":

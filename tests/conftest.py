@@ -29,6 +29,15 @@ class GeneratedTasks:
     num: int
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_game_cache(tmp_path_factory) -> None:
+    """Generated games are cached per user (generate.game_cache_dir); tests use a cache of their own, so they neither
+    read games an older run left nor fill the user's."""
+    import os
+
+    os.environ["AGENTPRM_GAME_CACHE"] = str(tmp_path_factory.mktemp("game_cache"))
+
+
 @pytest.fixture(scope="session")
 def generated_tasks(tmp_path_factory: pytest.TempPathFactory) -> GeneratedTasks:
     from agentprm.envs.alfworld.generate import generate_tasks

@@ -23,11 +23,32 @@ def game_bytes(folder: Path) -> dict[str, bytes]:
             for row in manifest_rows(folder) for name in (GAME_FILE, TRAJ_FILE)}
 
 
-def test_same_seed_gives_same_games_with_parallel_workers(generated_tasks, tmp_path):
+def test_same_seed_gives_same_games_with_parallel_workers(generated_tasks, tmp_path, monkeypatch):
     # Spawned workers run with their own hash seeds, so this also catches iteration over unsorted sets.
+    monkeypatch.setenv("AGENTPRM_GAME_CACHE", "off")   # generated again, not copied from the fixture's cache
     gen.generate_tasks(tmp_path, "eval", generated_tasks.num, generated_tasks.seed, workers=2, progress=False)
     assert manifest_rows(tmp_path) == manifest_rows(generated_tasks.eval)
     assert game_bytes(tmp_path) == game_bytes(generated_tasks.eval)
+
+
+def test_cached_games_are_copied_and_a_split_is_a_prefix_of_a_larger_one(generated_tasks, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTPRM_GAME_CACHE", str(tmp_path / "cache"))
+    gen.generate_tasks(tmp_path / "a", "eval", 3, generated_tasks.seed, progress=False)   # fills the cache
+    made = []
+    real = gen.make_game
+    monkeypatch.setattr(gen, "make_game", lambda job, out: made.append(job.index) or real(job, out))
+    gen.generate_tasks(tmp_path / "b", "eval", 4, generated_tasks.seed, progress=False)
+    assert made == [3]                               # games 0-2 came from the cache, only game 3 was generated
+    expected = manifest_rows(generated_tasks.eval)[:4]
+    assert [{k: v for k, v in r.items()} for r in manifest_rows(tmp_path / "b")] == expected
+    assert game_bytes(tmp_path / "b") == {k: v for k, v in game_bytes(generated_tasks.eval).items()
+                                          if any(k.startswith(r["game"]) for r in expected)}
+    entry = next(p for p in (tmp_path / "cache").glob("*/eval-s0-00001-*"))
+    (entry / "task.json").write_text("{not json")    # a corrupt entry is a miss: regenerated, then rewritten
+    made.clear()
+    gen.generate_tasks(tmp_path / "c", "eval", 2, generated_tasks.seed, progress=False)
+    assert made == [1] and manifest_rows(tmp_path / "c") == expected[:2]
+    assert json.loads((entry / "task.json").read_text())["task_id"] == expected[1]["task_id"]
 
 
 def test_different_seed_gives_different_games(generated_tasks):

@@ -110,7 +110,10 @@ class LMAgent:
 
     def __init__(self, model, tokenizer, prompt_cfg: PromptConfig | None = None, *, mode: str = "choose",
                  temperature: float = 0.0, seed: int = 0, name: str = "lm",
-                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS):
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, distinct: bool = False):
+        """`distinct` (choose mode): `sample(n)` draws n *different* admissible commands (without replacement from
+        softmax(logp / T); the top n at T = 0), fewer when a state has fewer, so every state with two commands
+        yields two candidates to compare (a Best-of-N or a DPO pair); otherwise draws are independent."""
         if mode not in MODES:
             raise UserError(f"unknown decoding mode {mode!r}; known: {', '.join(MODES)}")
         if temperature < 0:
@@ -119,6 +122,9 @@ class LMAgent:
         self.backend = model if is_backend else HFBackend(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
         self.tokenizer, self.prompt_cfg = tokenizer, prompt_cfg or PromptConfig()
         self.mode, self.temperature, self.name, self.max_new_tokens = mode, temperature, name, max_new_tokens
+        if distinct and mode != "choose":
+            raise UserError("distinct samples need decoding mode 'choose' (free generation can repeat itself)")
+        self.distinct = distinct
         self._rng = random.Random(seed)
         self._reply_ids: dict[str, list[int]] = {}   # admissible commands repeat across turns and envs
 
@@ -154,10 +160,14 @@ class LMAgent:
         return [[cmds[i] for i in self._pick(logp, n, gen)] for cmds, logp in zip(commands, scores)]
 
     def _pick(self, logp: torch.Tensor, n: int, gen: torch.Generator) -> list[int]:
-        if self.temperature == 0:
+        if self.distinct:
+            n = min(n, len(logp))
+            if self.temperature == 0:
+                return logp.topk(n).indices.tolist()
+        elif self.temperature == 0:
             return [int(logp.argmax())] * n
         probs = F.softmax(logp.float() / self.temperature, -1)
-        return torch.multinomial(probs, n, replacement=True, generator=gen).tolist()
+        return torch.multinomial(probs, n, replacement=not self.distinct, generator=gen).tolist()
 
     def _ids(self, reply: str) -> list[int]:
         if reply not in self._reply_ids:

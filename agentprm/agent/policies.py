@@ -55,11 +55,16 @@ class BestOfNAgent:
     def act(self, states: Sequence, turns: Sequence[Turn]) -> list[str]:
         samples = self.generator.sample(states, turns, self.n)
         unique = [list(dict.fromkeys(replies)) for replies in samples]   # duplicates need scoring once
-        flat_states = [s for s, replies in zip(states, unique) for _ in replies]
-        scores = self.prm.score(flat_states, [r for replies in unique for r in replies]).tolist()
-        out, k = [], 0
+        # a state whose samples all agree has nothing to choose: it costs the critic nothing (an oracle critic
+        # would play a whole continuation for it)
+        contested = [(s, replies) for s, replies in zip(states, unique) if len(replies) > 1]
+        flat = [(s, r) for s, replies in contested for r in replies]
+        scores = iter(self.prm.score([s for s, _ in flat], [r for _, r in flat]).tolist() if flat else [])
+        out = []
         for replies in unique:
-            best = max(range(len(replies)), key=lambda j: scores[k + j])
-            out.append(replies[best])
-            k += len(replies)
+            if len(replies) == 1:
+                out.append(replies[0])
+                continue
+            q = [next(scores) for _ in replies]
+            out.append(replies[max(range(len(replies)), key=q.__getitem__)])   # first of equals, as before
         return out

@@ -102,6 +102,9 @@ class AgentState:
     admissible: tuple[str, ...]
     steps: int
     _key: str = field(repr=False)
+    # every command sent so far, in order: what replays the env to this state (the oracle critic, rollout/oracle.py);
+    # the key already encodes the history, so it is left out of equality and of the prompt
+    commands: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def start(cls, turn: Turn, task_id: str = "") -> AgentState:
@@ -113,7 +116,8 @@ class AgentState:
     def advance(self, action: str, turn: Turn) -> AgentState:
         obs = turn.observation
         state = replace(self, observation=obs, admissible=turn.admissible, steps=self.steps + 1,
-                        recent=(*self.recent, (action, obs))[-RECENT_TURNS:], _key=_chain(self._key, action, obs))
+                        recent=(*self.recent, (action, obs))[-RECENT_TURNS:], _key=_chain(self._key, action, obs),
+                        commands=(*self.commands, action))
         return state._observe(obs)
 
     def key(self) -> str:

@@ -32,7 +32,7 @@ def _run(cfg, run_dir, args) -> int:
     from agentprm.loop.run import Loop
 
     results = Loop(cfg, run_dir, resume=args.resume).run()
-    print_results(results["rows"], title=f"{cfg.algo} — {run_dir}")
+    print_results(results["rows"], title=f"{cfg.algo} — {run_dir}", comparisons=results.get("comparisons", []))
     print(f"report: {run_dir}/report.md   plots: {run_dir}/plots/   ({results['wall_seconds']:.0f} s)")
     write_summary(args, results)
     return 0
@@ -52,12 +52,27 @@ def run_quickstart(args) -> int:
     return _run(cfg, args.out, args)
 
 
-def print_results(rows: list[dict], title: str) -> None:
+def print_results(rows: list[dict], title: str, comparisons: list[dict] = ()) -> None:
+    """The rows, each with its paired difference to the row it claims to beat (eval/paired.py); a difference whose
+    CI includes 0 is marked as not resolved, so the table never implies an improvement it cannot see."""
+    from agentprm.eval.paired import delta_cell, resolved, row_name
+
+    against: dict[str, dict] = {}   # a row's first claim: π_i vs π_{i-1}, a search vs its policy
+    for c in comparisons:
+        against.setdefault(c["a"], c)
     table = Table(title=title)
-    for col in ("policy", "iteration", "Best-of-N", "success", "95% CI", "episodes"):
+    for col in ("policy", "iteration", "Best-of-N", "success", "95% CI", "episodes", "paired Δ vs", "Δ points [95% CI]",
+                "resolved"):
         table.add_column(col, justify="right")
     for r in rows:
         lo, hi = r["ci95"]
+        c = against.get(row_name(r))
         table.add_row(r["policy"], str(r["iteration"]), str(r["best_of_n"]), f"{100 * r['success_rate']:.1f}%",
-                      f"[{100 * lo:.1f}, {100 * hi:.1f}]", str(r["episodes"]))
-    Console().print(table)
+                      f"[{100 * lo:.1f}, {100 * hi:.1f}]", str(r["episodes"]), c["b"] if c else "",
+                      delta_cell(c) if c else "", ("yes" if resolved(c) else "no") if c else "")
+    console = Console()
+    console.print(table)
+    unresolved = [c for c in comparisons if not resolved(c)]
+    if unresolved:
+        console.print(f"{len(unresolved)} of {len(comparisons)} paired differences have a 95% CI that includes 0: "
+                      "this budget cannot tell those rows apart (more eval tasks narrow the CI).")

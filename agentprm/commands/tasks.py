@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections import Counter
 
 from agentprm.commands.common import add_common, write_summary
@@ -25,7 +26,8 @@ def _register_generate(actions) -> None:
                    help="train or eval; the two use disjoint floor plans")
     p.add_argument("--num", type=int, required=True, metavar="N", help="number of games (round robin over types)")
     p.add_argument("--types", nargs="+", metavar="TYPE", help=f"task types (default all: {', '.join(TASK_TYPES)})")
-    p.add_argument("--workers", type=int, default=1, metavar="K", help="worker processes (default 1; same games)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="K",
+                   help="worker processes (default: the CPU count; the games are the same for any K)")
     p.add_argument("--force", action="store_true", help="overwrite an existing tasks.jsonl in --out")
     add_common(p)
     p.set_defaults(func=run_generate)

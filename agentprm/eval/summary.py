@@ -36,6 +36,17 @@ def summarize(episodes: Sequence) -> dict:
     out = _rate(episodes)
     out["errors"] = sum(bool(e.error) for e in episodes)
     out["by_type"] = {t: _rate(eps) for t, eps in sorted(by_type.items())}
+    out["per_task"] = per_task(episodes)
+    return out
+
+
+def per_task(episodes: Sequence) -> dict[str, list[int]]:
+    """task id -> [wins, episodes]: what paired comparisons (eval/paired.py) match two policies' evals on."""
+    out: dict[str, list[int]] = {}
+    for e in sorted(episodes, key=lambda e: e.task_id):
+        wins_n = out.setdefault(e.task_id, [0, 0])
+        wins_n[0] += int(bool(e.won))
+        wins_n[1] += 1
     return out
 
 

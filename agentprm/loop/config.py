@@ -69,6 +69,9 @@ class PolicyUpdateConfig:
     samples_per_state: int = 2      # replies drawn per state, best vs worst by Q_i (paper: 2)
     temperature: float = 0.7        # for those replies (paper: 0.7)
     min_margin: float = 0.0         # a state's pair needs Q_i(best) − Q_i(worst) > this (filters noisy preferences)
+    distinct: bool = False          # choose mode: a state's samples are different commands, so each state gives a pair
+    critic: str = "prm"             # what ranks the samples: "prm" (Q_i) or "oracle" (rollout/oracle.py: Q^π_{i-1}
+                                    # measured by greedy continuations in the simulator: a bound, not a method)
     steps: int = 60
     batch_size: int = 8
     lr: float = 1e-4
@@ -192,6 +195,9 @@ def _checked(value: Any, default: Any, path: str, source: str) -> Any:
 FRACTIONS = ("targets.shaping_alpha", "exploration.reset_frac", "exploration.steer_frac")
 
 
+CRITICS = ("prm", "oracle")
+
+
 def from_dict(data: dict, source: str = "config") -> LoopConfig:
     cfg = _build(LoopConfig, data or {}, "", source)
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
@@ -203,6 +209,12 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.rollout.branches and cfg.algo != "agentprm":
         raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
                         "as on-policy groups); set it to 0")
+    if cfg.policy.critic not in CRITICS:
+        raise UserError(f"{source}: field 'policy.critic' must be one of {', '.join(CRITICS)}, got {cfg.policy.critic!r}")
+    if cfg.policy.critic == "oracle" and (cfg.algo != "agentprm" or cfg.hacking.enabled):
+        raise UserError(f"{source}: field 'policy.critic' oracle is for algo agentprm without the hacking detector")
+    if cfg.policy.distinct and cfg.rollout.mode != "choose":
+        raise UserError(f"{source}: field 'policy.distinct' needs rollout.mode 'choose' (got {cfg.rollout.mode!r})")
     for path in FRACTIONS:
         section, name = path.split(".")
         value = getattr(getattr(cfg, section), name)

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from agentprm.eval.paired import comparisons_table  # noqa: E402
 from agentprm.eval.summary import rate_cells  # noqa: E402
 from agentprm.io import atomic_path, write_text  # noqa: E402
 
@@ -123,6 +124,8 @@ def write_report(run_dir: Path, results: dict, update_history: dict[int, list[di
     cfg = results["config"]
     text = [f"# AgentPRM run ({cfg['algo']}, seed {cfg['seed']}, {cfg['iterations']} iteration(s))", "",
             results_table(rows), "",
+            *(["Paired differences on the same eval tasks (bootstrap over tasks, 10,000 resamples):", "",
+               comparisons_table(results["comparisons"]), ""] if results.get("comparisons") else []),
             f"Wall time: {results['wall_seconds']:.0f} s. Eval: {cfg['eval']['episodes_per_task']} episode(s) per "
             f"eval task, step budget {cfg['eval']['max_steps']}; 95% CIs are Wilson intervals over episodes.", "",
             "![success](plots/success_vs_iteration.png)", "![bon](plots/best_of_n.png)",

@@ -12,6 +12,7 @@ evals/*.json, results.json, report.md, plots/*.png.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -59,7 +60,8 @@ class Loop:
         for split, num, given in (("train", c.train, c.train_dir), ("eval", c.eval, c.eval_dir)):
             if given is None:
                 self.stages.run(f"tasks_{split}", f"tasks/{split}", lambda out, s=split, n=num: generate_tasks(
-                    out, s, n, self.cfg.seed, types=c.types, progress=self.progress))
+                    out, s, n, self.cfg.seed, types=c.types, progress=self.progress,
+                    workers=self.cfg.rollout.workers or os.cpu_count() or 1))
         train = load_tasks(c.train_dir or self.run_dir / "tasks/train", c.types)
         evals = load_tasks(c.eval_dir or self.run_dir / "tasks/eval", c.types)
         return train, evals
@@ -114,7 +116,8 @@ class Loop:
         policy = name.split("_bon")[0]
         self.rows.append({"policy": policy, "iteration": iteration, "best_of_n": best_of_n,
                           "success_rate": summary["success_rate"], "ci95": summary["ci95"],
-                          "episodes": summary["episodes"], "by_type": summary["by_type"]})
+                          "episodes": summary["episodes"], "by_type": summary["by_type"],
+                          **({"per_task": summary["per_task"]} if "per_task" in summary else {})})
         return summary
 
     def rollouts(self, i: int, prev: Path, train_tasks) -> Path:
@@ -186,17 +189,31 @@ class Loop:
         states = rollout_states(rollouts)
         policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
         cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
-                              min_margin=c.min_margin, steps=c.steps, batch_size=c.batch_size, lr=c.lr, seed=seed)
-        prm, detector = load_prm(prm_dir), None
+                              min_margin=c.min_margin, distinct=c.distinct, steps=c.steps, batch_size=c.batch_size,
+                              lr=c.lr, seed=seed)
+        prm, detector = (load_prm(prm_dir) if c.critic == "prm" else self.oracle_critic(prev, self.tasks()[0], seed)), None
         if self.cfg.hacking.enabled:
             detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
         steer_frac = self.cfg.exploration.steer_frac
         history, steered = train_online_dpo(policy, prm, states, cfg, progress=self.progress, on_log=detector,
                                             steer_frac=steer_frac)
-        hacking = {"hacking": detector.summary()} if detector else {}
+        extra = {"hacking": detector.summary()} if detector else {}
+        if c.critic == "oracle":
+            extra["oracle_episodes"] = prm.episodes   # continuations played: the bound's price
+            prm.close()
         save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
                     online_dpo={"config": cfg.to_dict(), "history": history, "reference": str(prev),
-                                "steer_frac": steer_frac, "steered_states": steered, **hacking})
+                                "steer_frac": steer_frac, "steered_states": steered, **extra})
+
+    def oracle_critic(self, policy_dir: Path, tasks, seed: int):
+        """Q^π by greedy continuations of `policy_dir` in the simulator (rollout/oracle.py), discounted like the
+        targets, under the rollouts' step budget."""
+        from agentprm.agent.lm import LMAgent
+        from agentprm.rollout.oracle import OracleCritic
+
+        greedy = LMAgent.load(policy_dir, mode=self.cfg.rollout.mode, seed=seed)
+        return OracleCritic(tasks, greedy, gamma=self.cfg.targets.gamma, max_steps=self.cfg.rollout.max_steps,
+                            num_envs=self.cfg.rollout.num_envs, workers=self.cfg.rollout.workers, seed=seed)
 
     def _hacking_detector(self, i: int, prev: Path, policy, prm, prm_dir: Path, states: list) -> tuple:
         """The detector for iteration i and the states left for the update: a seeded `hacking.monitor_states` of
@@ -257,7 +274,10 @@ class Loop:
             # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
             baseline = [{"step": 0, **logged(checks[0])}] if checks else []
             self.update_history[i] = baseline + update.get("history", [])
-        results = {"rows": self.rows, "wall_seconds": round(time.monotonic() - start, 1),
+        from agentprm.eval.paired import comparisons
+
+        results = {"rows": self.rows, "comparisons": comparisons({self.cfg.seed: self.rows}),
+                   "wall_seconds": round(time.monotonic() - start, 1),
                    "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),
                    "provenance": provenance(self.cfg.to_dict(), self.cfg.seed)}
         write_json(self.run_dir / "results.json", results)

@@ -32,6 +32,8 @@ class OnlineDPOConfig:
     samples_per_state: int = 2     # replies drawn per state; best vs worst by PRM score (paper: 2)
     temperature: float = 0.7       # sampling temperature for those replies (paper: 0.7)
     min_margin: float = 0.0        # a pair needs Q(y_w) − Q(y_l) > min_margin
+    distinct: bool = False         # choose mode: the samples of a state are different commands (LMAgent distinct),
+                                   # so every state with two admissible commands gives a pair
     steps: int = 100               # optimiser steps (each on `batch_size` fresh states)
     batch_size: int = 8
     lr: float = 1e-4
@@ -112,7 +114,8 @@ def train_online_dpo(policy: LMAgent, prm, states: Sequence, cfg: OnlineDPOConfi
     model = policy.backend.model
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     sampler = SteeredSampler(LMAgent(model, policy.tokenizer, policy.prompt_cfg, mode=policy.mode,
-                                     temperature=cfg.temperature, seed=cfg.seed, name=policy.name),
+                                     temperature=cfg.temperature, seed=cfg.seed, name=policy.name,
+                                     distinct=cfg.distinct),
                              steer_frac, cfg.seed)
     loss = OnlineDPOLoss(sampler, reference, prm, cfg)
     history = train(model, list(states), loss, cfg.train_config(len(states)), description="online-dpo",

@@ -15,18 +15,25 @@ is regenerated from another derived seed and the failure is counted.
 Determinism: game `index` of a split draws everything from an RNG seeded by (seed, split, index, attempt) and
 iterates only sorted collections, so results do not depend on `workers`, on PYTHONHASHSEED or on other games.
 Floor plans are assigned to splits once and for all (`split_of`), so train and eval scenes never overlap.
+Since game `index` does not depend on `num`, a split of 36 games is the first 36 of a split of 216.
+
+Cache: a verified game is also kept under `game_cache_dir()` (keyed by seed, split, index, type and a digest of
+this module and the alfworld version), so a split that was generated once, or any prefix of it, is copied, not
+regenerated and replayed again (`bench/`-free: ~2 s a game saved). Set AGENTPRM_GAME_CACHE=off to bypass it.
 See docs/alfworld.md for how generated games differ from the official ones.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -550,10 +557,85 @@ def generate_tasks(out_dir: str | Path, split: str, num: int, seed: int, types: 
 
 
 def _run(jobs: list[GameJob], out_dir: Path, workers: int) -> Iterator[GameResult]:
-    """Games in job order. Workers are spawned, not forked: each gets a clean engine and its own sys.argv."""
-    workers = max(1, min(workers, len(jobs)))
+    """Games in job order, cached ones copied. Workers are spawned, not forked: each gets a clean engine and its
+    own sys.argv."""
+    cache = game_cache_dir()
+    cached = {job: _from_cache(cache, job, out_dir) for job in jobs} if cache else {}
+    todo = [job for job in jobs if cached.get(job) is None]
+    workers = max(1, min(workers, len(todo)))
     if workers == 1:
-        yield from (make_game(job, out_dir) for job in jobs)
-        return
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield from pool.map(make_game, jobs, [out_dir] * len(jobs))
+        made = (make_game(job, out_dir) for job in todo)
+    else:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        made = pool.map(make_game, todo, [out_dir] * len(todo))
+    try:
+        for job in jobs:
+            result = cached.get(job)
+            if result is None:
+                result = next(made)
+                if cache:
+                    _to_cache(cache, job, result)
+            yield result
+    finally:
+        if workers > 1:
+            pool.shutdown(cancel_futures=True)
+
+
+def game_cache_dir() -> Path | None:
+    """$AGENTPRM_GAME_CACHE ("off" disables it), else <XDG cache>/agentprm/games; one sub-folder per generator
+    version (a digest of this file and the alfworld version), so an edit to the generator never serves old games."""
+    root = os.environ.get("AGENTPRM_GAME_CACHE")
+    if root == "off":
+        return None
+    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentprm" / "games"
+    return base / _generator_digest()
+
+
+@lru_cache(maxsize=1)
+def _generator_digest() -> str:
+    from importlib import metadata
+
+    try:
+        alfworld_version = metadata.version("alfworld")
+    except metadata.PackageNotFoundError:
+        alfworld_version = "?"
+    return hashlib.sha256(Path(__file__).read_bytes() + alfworld_version.encode()).hexdigest()[:16]
+
+
+def _cache_key(job: GameJob) -> str:
+    return f"{job.split}-s{job.seed}-{job.index:05d}-{job.task_type}"
+
+
+def _from_cache(cache: Path, job: GameJob, out_dir: Path) -> GameResult | None:
+    entry = cache / _cache_key(job)
+    try:
+        spec = json.loads((entry / "task.json").read_text())
+        failures = tuple(spec.pop("failures", ()))
+        task = TaskSpec(**{**spec, "game": ""})
+        src = entry / task.task_id
+        if not ((src / GAME_FILE).is_file() and (src / TRAJ_FILE).is_file()):
+            return None
+        staging, final = out_dir / f".{task.task_id}.tmp", out_dir / task.task_id
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(src, staging)
+        shutil.rmtree(final, ignore_errors=True)  # a leftover from an interrupted or --force run
+        staging.rename(final)
+    except (OSError, ValueError, KeyError, TypeError):   # absent, unreadable or half-written: generate it instead
+        return None
+    return GameResult(dataclasses.replace(task, game=str(final.resolve())), failures)
+
+
+def _to_cache(cache: Path, job: GameJob, result: GameResult) -> None:
+    """Best effort (a read-only cache only costs speed): written to a hidden folder, renamed into place."""
+    entry = cache / _cache_key(job)
+    staging = cache / f".{_cache_key(job)}.{os.getpid()}.tmp"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(result.task.game, staging / result.task.task_id)
+        spec = {**asdict(result.task), "failures": list(result.failures)}
+        spec.pop("game")
+        (staging / "task.json").write_text(json.dumps(spec))
+        shutil.rmtree(entry, ignore_errors=True)
+        staging.rename(entry)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)

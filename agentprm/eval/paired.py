@@ -1,0 +1,116 @@
+"""Paired differences between two policies evaluated on the same tasks, with a bootstrap CI that resamples tasks.
+
+A claim "A beats B" is about the same eval tasks played by both: most of the variance of two success rates is in
+which tasks are easy, and it cancels in the per-task difference. So the difference is
+
+    Δ = Σ_t w_t (rate_A(t) − rate_B(t)) / Σ_t w_t,     w_t = episodes of task t (equal for A and B),
+
+and its 95% CI comes from a paired bootstrap: in each of `resamples` draws every seed's tasks are resampled with
+replacement (seeds are strata: each seed keeps its own task count), and Δ is recomputed on the draw; the CI is
+the 2.5 and 97.5 percentiles. Outcomes are per task, as `{seed: {task_id: (wins, episodes)}}` — the `per_task`
+field of an eval summary (eval/summary.py).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+PerTask = Mapping[str, "tuple[int, int] | list[int]"]
+RESAMPLES = 10_000
+
+
+def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamples: int = RESAMPLES,
+                      seed: int = 0) -> dict:
+    """Δ = success(A) − success(B) over the tasks both played, per seed stratum; {"delta", "ci95", "episodes",
+    "tasks"}. Raises ValueError when a seed or task of one side is missing from the other."""
+    if set(a) != set(b):
+        raise ValueError(f"paired comparison needs the same seeds on both sides (got {sorted(a)} vs {sorted(b)})")
+    diffs, weights = [], []
+    for s in sorted(a):
+        if set(a[s]) != set(b[s]):
+            only = sorted(set(a[s]) ^ set(b[s]))
+            raise ValueError(f"seed {s}: paired comparison needs the same eval tasks on both sides ({only[0]!r} "
+                             f"is on one side only)")
+        tasks = sorted(a[s])
+        wa, na = np.array([a[s][t][0] for t in tasks], float), np.array([a[s][t][1] for t in tasks], float)
+        wb, nb = np.array([b[s][t][0] for t in tasks], float), np.array([b[s][t][1] for t in tasks], float)
+        if (na < 1).any() or (nb < 1).any():
+            raise ValueError(f"seed {s}: a task with no episodes")
+        diffs.append(wa / na - wb / nb)
+        weights.append((na + nb) / 2)
+    total = sum(w.sum() for w in weights)
+    delta = float(sum((w * d).sum() for w, d in zip(weights, diffs)) / total)
+    rng = np.random.default_rng(seed)
+    num, den = np.zeros(resamples), np.zeros(resamples)
+    for d, w in zip(diffs, weights):
+        idx = rng.integers(0, len(d), size=(resamples, len(d)))
+        num += (w[idx] * d[idx]).sum(1)
+        den += w[idx].sum(1)
+    lo, hi = np.percentile(num / den, [2.5, 97.5])
+    episodes = int(sum(sum(v[1] for v in per.values()) for per in a.values()))
+    return {"delta": delta, "ci95": [float(lo), float(hi)], "episodes": episodes,
+            "tasks": int(sum(len(d) for d in diffs))}
+
+
+def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(row, the row it claims to beat) for a loop's rows: π_i vs π_{i-1} and, from i = 2 on, vs π0; every
+    test-time search row (Best-of-N, beam) vs its own greedy policy."""
+    greedy = {r["iteration"]: r for r in rows if r["best_of_n"] == 1 and not r.get("search")}
+    pairs = []
+    for r in rows:
+        i = r["iteration"]
+        if r["best_of_n"] == 1 and not r.get("search"):
+            pairs += [(r, greedy[j]) for j in dict.fromkeys((i - 1, 0)) if i >= 1 and j in greedy]
+        elif i in greedy:
+            pairs.append((r, greedy[i]))
+    return pairs
+
+
+def row_name(r: dict) -> str:
+    """"pi1", "pi1+bon4", "pi1+beam2x2": how tables name a row."""
+    return r["policy"] + (f"+{r['search']}" if r.get("search") else f"+bon{r['best_of_n']}" if r["best_of_n"] > 1
+                          else "")
+
+
+def comparisons(per_seed_rows: Mapping[int, list[dict]], resamples: int = RESAMPLES) -> list[dict]:
+    """The paired comparisons a loop's rows claim (claimed_pairs), pooled over seeds: rows are matched across seeds
+    by (policy, iteration, Best-of-N, search). Rows without per-task outcomes (evals written by older versions)
+    are skipped."""
+    key = lambda r: (r["policy"], r["iteration"], r["best_of_n"], r.get("search"))  # noqa: E731
+    by_key: dict[tuple, dict[int, dict]] = {}
+    for seed, rows in per_seed_rows.items():
+        for r in rows:
+            by_key.setdefault(key(r), {})[seed] = r
+    first = next(iter(per_seed_rows.values()), [])
+    out = []
+    for a, b in claimed_pairs(first):
+        ra, rb = by_key[key(a)], by_key[key(b)]
+        if set(ra) != set(rb) or any("per_task" not in r for r in (*ra.values(), *rb.values())):
+            continue
+        diff = paired_difference({s: r["per_task"] for s, r in ra.items()},
+                                 {s: r["per_task"] for s, r in rb.items()}, resamples)
+        out.append({"a": row_name(a), "b": row_name(b), "a_best_of_n": a["best_of_n"], "b_best_of_n": b["best_of_n"],
+                    **diff})
+    return out
+
+
+def resolved(c: dict) -> bool:
+    """Whether a comparison's CI excludes 0."""
+    return c["ci95"][0] > 0 or c["ci95"][1] < 0
+
+
+def delta_cell(c: dict) -> str:
+    """"+5.6 [+1.2, +10.1]" in points."""
+    lo, hi = c["ci95"]
+    return f"{100 * c['delta']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def comparisons_table(comps: list[dict]) -> str:
+    """Markdown table of paired comparisons, saying for each whether its CI excludes 0."""
+    lines = ["| A | B | Δ success (A − B), points | paired 95% CI | episodes | resolved |", "|---|---|---|---|---|---|"]
+    for c in comps:
+        lo, hi = c["ci95"]
+        lines.append(f"| {c['a']} | {c['b']} | {100 * c['delta']:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
+                     f"{c['episodes']} | {'yes' if resolved(c) else 'no: CI includes 0'} |")
+    return "\n".join(lines)
