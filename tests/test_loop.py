@@ -86,12 +86,33 @@ def check_run(run: Path, tiny_policy: Path) -> None:
     for r in rows:
         assert r["episodes"] == 6 and r["ci95"][0] <= r["success_rate"] <= r["ci95"][1]
     assert results["wall_seconds"] > 0 and results["config"]["rollout"]["per_task"] == 2
+    # paired differences of the rows they claim to beat, on the same 6 eval tasks
+    comps = {(c["a"], c["b"]): c for c in results["comparisons"]}
+    assert set(comps) == {("pi1", "pi0"), ("pi1+bon2", "pi1")}
+    for (a, b), c in comps.items():
+        ra, rb = (next(r for r in rows if (r["policy"], r["best_of_n"]) == key) for key in (
+            (a.split("+")[0], 2 if "bon" in a else 1), (b, 1)))
+        assert c["delta"] == pytest.approx(ra["success_rate"] - rb["success_rate"]) and c["episodes"] == 6
+        assert c["ci95"][0] <= c["delta"] <= c["ci95"][1] and c["a_best_of_n"] == ra["best_of_n"]
+    assert "Paired differences" in (run / "report.md").read_text()
     for png in ("success_vs_iteration", "best_of_n", "prm_score_vs_success"):
         assert (run / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
     assert "| pi1 | 1 | 2 |" in (run / "report.md").read_text()
     assert yaml.safe_load((run / "config.yaml").read_text())["policy0"]["path"] == str(tiny_policy)
     policy_meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())
     assert policy_meta["online_dpo"]["reference"].endswith("policy_0")
+
+
+def test_oracle_critic_with_distinct_samples_drives_the_update(tmp_path, generated_tasks, tiny_policy):
+    """policy.critic: oracle ranks the DPO samples by greedy continuations of π0 in the simulator (a bound)."""
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+                      policy={"steps": 2, "batch_size": 4, "critic": "oracle", "distinct": True})
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["online_dpo"]
+    assert meta["config"]["distinct"] is True
+    assert meta["oracle_episodes"] >= 2 * 4          # every state's two distinct samples were played out
+    assert all(h["pair_frac"] <= 1.0 for h in meta["history"])
 
 
 def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks, tiny_policy):
@@ -125,6 +146,9 @@ def test_config_errors_name_the_field(tmp_path, capsys):
     bad.write_text("eval: {best_of_n: [1, 4]}\n")
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     assert "eval.best_of_n" in capsys.readouterr().err
+    bad.write_text("policy: {critic: banana}\n")
+    assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "policy.critic" in capsys.readouterr().err
     bad.write_text("targets: {shaping_alpha: 1.5}\n")
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     assert "targets.shaping_alpha" in capsys.readouterr().err
