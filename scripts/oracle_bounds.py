@@ -8,8 +8,9 @@ For each run (iteration 1 done: π0, its rollouts, Q1, π1), with Q_oracle = Q^�
 - test time, on the first `--eval-tasks` eval tasks (every task type alike): π0, BoN-N(π0, Q_oracle) and
   BoN-N(π0, Q1) with the run's own N and sampling temperature — how much a perfect critic of π0 can add, and
   how much of it Q1 delivers;
-- the update, on all eval tasks: π1 trained against Q1 (the run's), against Q_oracle, and both again with distinct
-  samples per state (every sampled state gives a DPO pair) — same states, steps and seeds as the run's update;
+- the update, on all eval tasks: π1 trained against Q1 (the run's) and against Q_oracle, by online DPO, by online DPO
+  with distinct samples per state (every sampled state gives a pair) and by kl-distill (policy/kl_distill.py) —
+  same states, steps, β and seeds as the run's update;
 - Q1 as a critic: on states π0 visits greedily on held-out (eval) tasks, Q1's same-state ranking of π0's top-4
   commands against Q_oracle's (pairwise accuracy over pairs the oracle separates, mean per-state Spearman).
 
@@ -36,6 +37,12 @@ from agentprm.prm.loading import load_prm
 from agentprm.prm.metrics import pairwise_accuracy, spearman
 
 RANK_STATES = 150   # held-out states whose candidates Q1 and the oracle both score
+# π1 variants trained here (the run's own π1 is "pi1 (Q1)"): label, critic, update method, distinct samples
+UPDATES = (("pi1 (Q_oracle)", "oracle", "online-dpo", False),
+           ("pi1 (Q1, distinct)", "q1", "online-dpo", True),
+           ("pi1 (Q_oracle, distinct)", "oracle", "online-dpo", True),
+           ("pi1 (Q1, kl-distill)", "q1", "kl-distill", False),
+           ("pi1 (Q_oracle, kl-distill)", "oracle", "kl-distill", False))
 
 
 def subset(tasks, k: int):
@@ -44,6 +51,7 @@ def subset(tasks, k: int):
 
 def one_run(run: Path, k: int) -> dict:
     from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.policy.kl_distill import KLDistillConfig, train_kl_distill
     from agentprm.policy.online_dpo import OnlineDPOConfig, rollout_states, train_online_dpo
     from agentprm.policy.sft import save_policy
     from agentprm.rollout.oracle import OracleCritic
@@ -87,30 +95,31 @@ def one_run(run: Path, k: int) -> dict:
 
     states = rollout_states(run / "iter_1/rollouts")
     p = cfg.policy
-    for critic_name in ("oracle", "q1"):
-        for distinct in (False, True):
-            if critic_name == "q1" and not distinct:
-                continue   # the run's own π1
-            label = f"pi1 ({'Q_oracle' if critic_name == 'oracle' else 'Q1'}{', distinct' if distinct else ''})"
-            folder = f"policy_{critic_name}{'_distinct' if distinct else ''}"
+    for label, critic_name, method, distinct in UPDATES:
+        folder = f"policy_{critic_name}_{method}{'_distinct' if distinct else ''}"
 
-            def update(out: Path, critic_name=critic_name, distinct=distinct) -> None:
-                policy = LMAgent.load(pi0, mode=mode, seed=seed + 1, name="pi1")
-                critic = oracle(train, cfg.rollout.max_steps) if critic_name == "oracle" else load_prm(prm1)
-                dpo = OnlineDPOConfig(beta=p.beta, samples_per_state=p.samples_per_state, temperature=p.temperature,
+        def update(out: Path, critic_name=critic_name, method=method, distinct=distinct) -> None:
+            policy = LMAgent.load(pi0, mode=mode, seed=seed + 1, name="pi1")
+            critic = oracle(train, cfg.rollout.max_steps) if critic_name == "oracle" else load_prm(prm1)
+            if method == "kl-distill":
+                upd = KLDistillConfig(beta=p.beta, candidates=p.candidates, steps=p.steps, batch_size=p.batch_size,
+                                      lr=p.lr, seed=seed + 1)
+                history = train_kl_distill(policy, critic, states, upd, progress=False)
+            else:
+                upd = OnlineDPOConfig(beta=p.beta, samples_per_state=p.samples_per_state, temperature=p.temperature,
                                       min_margin=p.min_margin, distinct=distinct, steps=p.steps,
                                       batch_size=p.batch_size, lr=p.lr, seed=seed + 1)
-                history, _ = train_online_dpo(policy, critic, states, dpo, progress=False)
-                extra = {}
-                if critic_name == "oracle":
-                    extra["oracle_episodes"] = critic.episodes
-                    critic.close()
-                save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
-                            online_dpo={"config": dpo.to_dict(), "history": history, "reference": str(pi0), **extra})
+                history, _ = train_online_dpo(policy, critic, states, upd, progress=False)
+            extra = {}
+            if critic_name == "oracle":
+                extra["oracle_episodes"] = critic.episodes
+                critic.close()
+            save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
+                        **{method.replace("-", "_"): {"config": upd.to_dict(), "history": history,
+                                                      "reference": str(pi0), **extra}})
 
-            policy_dir = stages.run(folder, folder, update)
-            rows[label] = evaluate(folder, lambda d=policy_dir: (LMAgent.load(d, mode=mode, seed=seed + 1), None),
-                                   evals)
+        policy_dir = stages.run(folder, folder, update)
+        rows[label] = evaluate(folder, lambda d=policy_dir: (LMAgent.load(d, mode=mode, seed=seed + 1), None), evals)
 
     def rank(out: Path) -> None:
         episodes, _ = play_tasks(LMAgent.load(pi0, mode=mode, seed=seed), few, per_task=1, seed=seed + 2000,
@@ -148,7 +157,9 @@ def _restrict(summary: dict, tasks) -> dict:
 CLAIMS = (("BoN-{n}(pi0, Q_oracle)", "pi0 (subset)"), ("BoN-{n}(pi0, Q1)", "pi0 (subset)"),
           ("BoN-{n}(pi0, Q_oracle)", "BoN-{n}(pi0, Q1)"), ("pi1 (Q1)", "pi0"), ("pi1 (Q_oracle)", "pi0"),
           ("pi1 (Q1, distinct)", "pi0"), ("pi1 (Q_oracle, distinct)", "pi0"), ("pi1 (Q_oracle)", "pi1 (Q1)"),
-          ("pi1 (Q_oracle, distinct)", "pi1 (Q1, distinct)"))
+          ("pi1 (Q_oracle, distinct)", "pi1 (Q1, distinct)"), ("pi1 (Q1, kl-distill)", "pi0"),
+          ("pi1 (Q_oracle, kl-distill)", "pi0"), ("pi1 (Q_oracle, kl-distill)", "pi1 (Q1, kl-distill)"),
+          ("pi1 (Q1, kl-distill)", "pi1 (Q1)"))
 
 
 def main() -> None:

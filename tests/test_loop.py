@@ -115,6 +115,18 @@ def test_oracle_critic_with_distinct_samples_drives_the_update(tmp_path, generat
     assert all(h["pair_frac"] <= 1.0 for h in meta["history"])
 
 
+def test_kl_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+                      policy={"steps": 2, "batch_size": 4, "method": "kl-distill", "beta": 0.1, "candidates": 3})
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["kl_distill"]
+    assert meta["config"]["candidates"] == 3 and meta["reference"].endswith("policy_0")
+    assert len(meta["history"]) == 2 and all(h["target_kl"] >= 0 for h in meta["history"])
+    before = (run / "policy_0" / "model.safetensors").read_bytes()
+    assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() != before
+
+
 def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks, tiny_policy):
     """targets.shaping_alpha > 0: V^μ (μ = π0) is fitted once, and the iteration's targets are
     (1 − α) Q̂ + α (A^μ + 1) / 2 instead of the plain MC Q̂."""
@@ -146,6 +158,9 @@ def test_config_errors_name_the_field(tmp_path, capsys):
     bad.write_text("eval: {best_of_n: [1, 4]}\n")
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     assert "eval.best_of_n" in capsys.readouterr().err
+    bad.write_text("policy: {method: ppo}\n")
+    assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "policy.method" in capsys.readouterr().err
     bad.write_text("policy: {critic: banana}\n")
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     assert "policy.critic" in capsys.readouterr().err

@@ -64,8 +64,10 @@ class PrmConfig:
 
 @dataclass
 class PolicyUpdateConfig:
-    method: str = "online-dpo"
-    beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03)
+    method: str = "online-dpo"      # "online-dpo" (the paper's), or "kl-distill": π ∝ π_{i-1}·exp(Q_i/β) over the
+                                    # admissible set, distilled (choose mode; policy/kl_distill.py)
+    beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03); the same β in both methods
+    candidates: int = 4             # kl-distill: commands re-weighted per state, top by π_{i-1} (0 = all admissible)
     samples_per_state: int = 2      # replies drawn per state, best vs worst by Q_i (paper: 2)
     temperature: float = 0.7        # for those replies (paper: 0.7)
     min_margin: float = 0.0         # a state's pair needs Q_i(best) − Q_i(worst) > this (filters noisy preferences)
@@ -196,6 +198,7 @@ FRACTIONS = ("targets.shaping_alpha", "exploration.reset_frac", "exploration.ste
 
 
 CRITICS = ("prm", "oracle")
+POLICY_METHODS = ("online-dpo", "kl-distill")
 
 
 def from_dict(data: dict, source: str = "config") -> LoopConfig:
@@ -209,6 +212,13 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.rollout.branches and cfg.algo != "agentprm":
         raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
                         "as on-policy groups); set it to 0")
+    if cfg.policy.method not in POLICY_METHODS:
+        raise UserError(f"{source}: field 'policy.method' must be one of {', '.join(POLICY_METHODS)}, "
+                        f"got {cfg.policy.method!r}")
+    if cfg.policy.method == "kl-distill" and (cfg.rollout.mode != "choose" or cfg.hacking.enabled
+                                              or cfg.exploration.steer_frac):
+        raise UserError(f"{source}: field 'policy.method' kl-distill needs rollout.mode choose, no hacking detector "
+                        "and no steered exploration")
     if cfg.policy.critic not in CRITICS:
         raise UserError(f"{source}: field 'policy.critic' must be one of {', '.join(CRITICS)}, got {cfg.policy.critic!r}")
     if cfg.policy.critic == "oracle" and (cfg.algo != "agentprm" or cfg.hacking.enabled):

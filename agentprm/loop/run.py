@@ -177,9 +177,10 @@ class Loop:
             self.evaluate(f"pi{i}_bon{n}", bon, eval_tasks, i, best_of_n=n)
 
     def update_policy(self, i: int, prev: Path, prm_dir: Path, rollouts: Path, out: Path) -> None:
-        """Stage 3: online DPO of π_{i-1} against Q_i on the states of π_{i-1}'s rollouts (with
-        `exploration.steer_frac` of the generations steered), watched by the reward-hacking detector when
-        `hacking.enabled`; saves π_i."""
+        """Stage 3 on the states of π_{i-1}'s rollouts, against Q_i (or the oracle critic, `policy.critic`): online
+        DPO (with `exploration.steer_frac` of the generations steered, watched by the reward-hacking detector when
+        `hacking.enabled`) or, `policy.method: kl-distill`, the closed-form KL-regularised improvement over the
+        admissible set distilled into π (policy/kl_distill.py); saves π_i."""
         from agentprm.agent.lm import LMAgent
         from agentprm.policy.online_dpo import OnlineDPOConfig, rollout_states, train_online_dpo
         from agentprm.policy.sft import save_policy
@@ -188,22 +189,30 @@ class Loop:
         c, seed = self.cfg.policy, self.cfg.seed + i
         states = rollout_states(rollouts)
         policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
-        cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
-                              min_margin=c.min_margin, distinct=c.distinct, steps=c.steps, batch_size=c.batch_size,
-                              lr=c.lr, seed=seed)
-        prm, detector = (load_prm(prm_dir) if c.critic == "prm" else self.oracle_critic(prev, self.tasks()[0], seed)), None
-        if self.cfg.hacking.enabled:
-            detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
-        steer_frac = self.cfg.exploration.steer_frac
-        history, steered = train_online_dpo(policy, prm, states, cfg, progress=self.progress, on_log=detector,
-                                            steer_frac=steer_frac)
-        extra = {"hacking": detector.summary()} if detector else {}
+        prm = load_prm(prm_dir) if c.critic == "prm" else self.oracle_critic(prev, self.tasks()[0], seed)
+        extra: dict = {"reference": str(prev)}
+        if c.method == "kl-distill":
+            from agentprm.policy.kl_distill import KLDistillConfig, train_kl_distill
+
+            cfg = KLDistillConfig(beta=c.beta, candidates=c.candidates, steps=c.steps, batch_size=c.batch_size,
+                                  lr=c.lr, seed=seed)
+            history = train_kl_distill(policy, prm, states, cfg, progress=self.progress)
+        else:
+            cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
+                                  min_margin=c.min_margin, distinct=c.distinct, steps=c.steps,
+                                  batch_size=c.batch_size, lr=c.lr, seed=seed)
+            detector = None
+            if self.cfg.hacking.enabled:
+                detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
+            history, steered = train_online_dpo(policy, prm, states, cfg, progress=self.progress, on_log=detector,
+                                                steer_frac=self.cfg.exploration.steer_frac)
+            extra.update(steer_frac=self.cfg.exploration.steer_frac, steered_states=steered,
+                         **({"hacking": detector.summary()} if detector else {}))
         if c.critic == "oracle":
             extra["oracle_episodes"] = prm.episodes   # continuations played: the bound's price
             prm.close()
         save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
-                    online_dpo={"config": cfg.to_dict(), "history": history, "reference": str(prev),
-                                "steer_frac": steer_frac, "steered_states": steered, **extra})
+                    **{c.method.replace("-", "_"): {"config": cfg.to_dict(), "history": history, **extra}})
 
     def oracle_critic(self, policy_dir: Path, tasks, seed: int):
         """Q^π by greedy continuations of `policy_dir` in the simulator (rollout/oracle.py), discounted like the
@@ -269,7 +278,7 @@ class Loop:
         for i in range(1, self.cfg.iterations + 1):
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())
-            update = meta.get("online_dpo") or meta.get("policy_gradient") or {}
+            update = meta.get("online_dpo") or meta.get("kl_distill") or meta.get("policy_gradient") or {}
             checks = (update.get("hacking") or {}).get("checks", [])
             # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
             baseline = [{"step": 0, **logged(checks[0])}] if checks else []
