@@ -127,6 +127,26 @@ def test_kl_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
     assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() != before
 
 
+def test_continuation_targets_give_same_state_alternatives(tmp_path, generated_tasks, tiny_policy):
+    """targets.source continuation: π0's top commands at sampled rollout states, each played out by greedy π0."""
+    from agentprm.targets.mc import read_targets
+
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+                      targets={"source": "continuation", "continuation_states": 5, "continuation_candidates": 2})
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    t = read_targets(run / "iter_1" / "targets.parquet")
+    assert t.info["kind"] == "continuation-targets" and t.info["states"] == 5
+    assert t.info["continuations"] == t.table.num_rows == 10 and t.info["failed_continuations"] == 0
+    keys = t.table["state_key"].to_pylist()
+    assert all(keys.count(k) == 2 for k in keys)                 # two different commands at every state
+    pairs = {(k, a) for k, a in zip(keys, t.table["action"].to_pylist())}
+    assert len(pairs) == 10
+    q = t.table["q"].to_numpy()
+    assert ((q >= 0) & (q <= 1)).all()
+    assert (run / "iter_1" / "prm" / "agentprm.json").exists()   # the PRM trained on them
+
+
 def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks, tiny_policy):
     """targets.shaping_alpha > 0: V^μ (μ = π0) is fitted once, and the iteration's targets are
     (1 − α) Q̂ + α (A^μ + 1) / 2 instead of the plain MC Q̂."""

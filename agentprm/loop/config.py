@@ -51,6 +51,11 @@ class TargetsConfig:
                                     # step of a won episode has Q̂ = 1 (docs/results.md: 0.9 vs 1 on two seeds)
     shaping_alpha: float = 0.0      # process reward shaping (algo agentprm): mix Q̂ with π0's advantage A^μ by this
                                     # weight (0 = off; paper 0.5); V^μ is fitted once to π0's iteration-1 rollouts
+    source: str = "mc"              # "mc": Monte-Carlo Q̂ of the sampling policy (the paper's); "continuation":
+                                    # Q of greedy π_{i-1} for its top commands at sampled rollout states, each played
+                                    # out once (targets/continuation.py: same-state alternatives)
+    continuation_states: int = 600  # source continuation: rollout states sampled
+    continuation_candidates: int = 4  # … and π_{i-1}'s top commands played out at each
 
 
 @dataclass
@@ -198,6 +203,7 @@ FRACTIONS = ("targets.shaping_alpha", "exploration.reset_frac", "exploration.ste
 
 
 CRITICS = ("prm", "oracle")
+TARGET_SOURCES = ("mc", "continuation")
 POLICY_METHODS = ("online-dpo", "kl-distill")
 
 
@@ -212,6 +218,15 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.rollout.branches and cfg.algo != "agentprm":
         raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
                         "as on-policy groups); set it to 0")
+    if cfg.targets.source not in TARGET_SOURCES:
+        raise UserError(f"{source}: field 'targets.source' must be one of {', '.join(TARGET_SOURCES)}, "
+                        f"got {cfg.targets.source!r}")
+    if cfg.targets.source == "continuation" and (cfg.targets.shaping_alpha or cfg.algo != "agentprm"):
+        raise UserError(f"{source}: field 'targets.source' continuation is for algo agentprm without shaping")
+    for path, value in (("targets.continuation_states", cfg.targets.continuation_states),
+                        ("targets.continuation_candidates", cfg.targets.continuation_candidates)):
+        if value < 1:
+            raise UserError(f"{source}: field '{path}' must be at least 1, got {value}")
     if cfg.policy.method not in POLICY_METHODS:
         raise UserError(f"{source}: field 'policy.method' must be one of {', '.join(POLICY_METHODS)}, "
                         f"got {cfg.policy.method!r}")

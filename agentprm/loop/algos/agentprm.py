@@ -19,6 +19,15 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     rollouts = loop.rollouts(i, prev, train_tasks)
 
     def targets(out: Path) -> None:
+        if c.targets.source == "continuation":
+            from agentprm.targets.continuation import continuation_targets
+
+            t = continuation_targets(rollouts, train_tasks, prev, gamma=c.targets.gamma, max_steps=c.rollout.max_steps,
+                                     states=c.targets.continuation_states,
+                                     candidates=c.targets.continuation_candidates, seed=seed, mode=c.rollout.mode,
+                                     num_envs=c.rollout.num_envs, workers=c.rollout.workers)
+            write_with_info(out, t.table, t.info)
+            return
         t = targets_from_rollouts(rollouts, c.targets.gamma)
         if c.targets.shaping_alpha > 0:
             t = shape_targets(t, model_values(ProcessRewardModel.load(loop.value_model(train_tasks))),
