@@ -104,3 +104,18 @@ def test_loop_rows_give_the_claimed_comparisons():
     assert all(c["episodes"] == 8 for c in comps)
     old = [{k: v for k, v in r.items() if k != "per_task"} for r in rows]   # evals from before per-task outcomes
     assert comparisons({0: old}) == []
+
+
+def test_ablations_compare_each_variant_with_the_first_on_the_same_tasks():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("ablations", Path(__file__).parents[1] / "scripts" / "ablations.py")
+    ablations = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablations)
+    pi0 = _row("pi0", 0, 1, [1, 0, 0, 1])
+    sweep = {"base": {"per_seed": {0: [pi0, _row("pi1", 1, 1, [1, 0, 0, 1])]}},
+             "lever": {"per_seed": {0: [pi0, _row("pi1", 1, 1, [1, 1, 1, 1])]}}}
+    got = {(c["a"], c["b"]): c["delta"] for c in ablations.variant_comparisons(sweep)}
+    assert got == {("base: pi1", "base: pi0"): 0.0, ("lever: pi1", "lever: pi0"): 0.5,
+                   ("lever: pi1", "base: pi1"): 0.5}

@@ -33,9 +33,9 @@ def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
 
 
 def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resume: bool) -> dict[str, dict]:
-    """name -> {"rows": rows pooled over seeds, "wall_seconds": the runs' stage seconds summed over seeds,
-    "own_seconds": the same without the stages it shares with the first config (for the first: with itself), demos
-    excepted}."""
+    """name -> {"rows": rows pooled over seeds, "per_seed": each seed's own rows (with per-task outcomes, for paired
+    comparisons), "wall_seconds": the runs' stage seconds summed over seeds, "own_seconds": the same without the
+    stages it shares with the first config (for the first: with itself), demos excepted}."""
     first = next(iter(configs))
     summary = {}
     for name, base in configs.items():
@@ -51,7 +51,8 @@ def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resum
             wall += sum(results["stage_seconds"].values())
             # demos count as the method's own: only the methods that learn from demos pay for them
             own += sum(s for stage, s in results["stage_seconds"].items() if stage not in shared - {"demos"})
-        summary[name] = {"rows": pooled_rows(per_seed), "wall_seconds": round(wall, 1), "own_seconds": round(own, 1)}
+        summary[name] = {"rows": pooled_rows(per_seed), "per_seed": per_seed, "wall_seconds": round(wall, 1),
+                         "own_seconds": round(own, 1)}
     return summary
 
 
