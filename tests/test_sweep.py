@@ -10,15 +10,21 @@ from agentprm.loop.config import LoopConfig, from_dict
 from agentprm.loop.sweep import load_variants, shared_stages
 
 ALL = {"tasks_train", "tasks_eval", "demos", "policy_0", "eval_pi0", "iter_1/rollouts"}
+TARGETS = {"iter_1/targets"}
 
 
 def test_shared_stages_follow_the_inputs_each_stage_reads():
     base = LoopConfig()
     assert shared_stages(dataclasses.replace(base, algo="grpo"), base) == ALL
     assert shared_stages(from_dict({"targets": {"shaping_alpha": 0.5}, "policy": {"steps": 5}}), base) == ALL
+    # same targets section: the targets too (not across algorithms, nor for shaped targets with other PRM settings)
+    assert shared_stages(from_dict({"policy": {"method": "kl-distill"}}), base) == ALL | TARGETS
+    shaped = {"targets": {"shaping_alpha": 0.5}}
+    assert shared_stages(from_dict({**shaped, "prm": {"epochs": 1}}), from_dict(shaped)) == ALL
+    assert shared_stages(from_dict({**shaped, "policy": {"steps": 5}}), from_dict(shaped)) == ALL | TARGETS
     # more rollouts: π0 and its eval are the same, the rollouts are not
     assert shared_stages(from_dict({"rollout": {"per_task": 2}}), base) == ALL - {"eval_pi0", "iter_1/rollouts"}
-    assert shared_stages(from_dict({"eval": {"max_steps": 10}}), base) == ALL - {"eval_pi0"}
+    assert shared_stages(from_dict({"eval": {"max_steps": 10}}), base) == (ALL | TARGETS) - {"eval_pi0"}
     # Reset-50-50 changes the rollouts even with equal rollout settings, on either side
     reset = from_dict({"algo": "inverse-prm", "exploration": {"reset_frac": 0.5}})
     assert shared_stages(reset, base) == shared_stages(base, reset) == ALL - {"iter_1/rollouts"}

@@ -17,7 +17,8 @@ from agentprm.loop.run import Loop
 
 
 def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
-    """The stages `cfg` may copy from `first`'s run of the same seed: those whose inputs the two configs agree on."""
+    """The stages `cfg` may copy from `first`'s run of the same seed: those whose inputs the two configs agree on.
+    (`first` is any earlier variant; run_sweep picks the one sharing the most.)"""
     same = lambda *sections: all(getattr(cfg, s) == getattr(first, s) for s in sections)  # noqa: E731
     names = set()
     if cfg.seed == first.seed and same("tasks"):
@@ -29,6 +30,11 @@ def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
             # Reset-50-50 starts some rollouts on demos: those differ even with equal rollout settings
             if same("rollout") and cfg.exploration.reset_frac == first.exploration.reset_frac == 0:
                 names.add("iter_1/rollouts")
+                # the targets depend on the rollouts, π0, the train tasks and the targets section (and, when
+                # shaped, on the value model's PRM settings)
+                if (same("targets") and cfg.algo == first.algo == "agentprm"
+                        and (cfg.targets.shaping_alpha == 0 or same("prm"))):
+                    names.add("iter_1/targets")
     return names
 
 
@@ -38,12 +44,16 @@ def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resum
     stages it shares with the first config (for the first: with itself), demos excepted}."""
     first = next(iter(configs))
     summary = {}
-    for name, base in configs.items():
+    for k, (name, base) in enumerate(configs.items()):
         per_seed, wall, own = {}, 0.0, 0.0
         for seed in seeds:
             cfg, run_dir = dataclasses.replace(base, seed=seed), out / name / f"seed{seed}"
-            shared = shared_stages(cfg, dataclasses.replace(configs[first], seed=seed))
-            reuse = None if name == first else (out / first / f"seed{seed}", shared)
+            # copy from the earlier variant that shares the most stages (the first one, unless a later one also
+            # agrees on e.g. the targets)
+            source = max(list(configs)[:k] or [first], key=lambda other: len(
+                shared_stages(cfg, dataclasses.replace(configs[other], seed=seed))))
+            shared = shared_stages(cfg, dataclasses.replace(configs[source], seed=seed))
+            reuse = None if name == first else (out / source / f"seed{seed}", shared)
             done = run_dir / "results.json"
             results = (json.loads(done.read_text()) if done.exists() and resume
                        else Loop(cfg, run_dir, resume, reuse=reuse).run())
