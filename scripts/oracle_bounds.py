@@ -38,8 +38,7 @@ from agentprm.prm.metrics import pairwise_accuracy, spearman
 
 RANK_STATES = 150   # held-out states whose candidates Q1 and the oracle both score
 # π1 variants trained here (the run's own π1 is "pi1 (Q1)"): label, critic, update method, distinct samples
-UPDATES = (("pi1 (Q_oracle)", "oracle", "online-dpo", False),
-           ("pi1 (Q1, distinct)", "q1", "online-dpo", True),
+UPDATES = (("pi1 (Q1, distinct)", "q1", "online-dpo", True),
            ("pi1 (Q_oracle, distinct)", "oracle", "online-dpo", True),
            ("pi1 (Q1, kl-distill)", "q1", "kl-distill", False),
            ("pi1 (Q_oracle, kl-distill)", "oracle", "kl-distill", False))
@@ -75,7 +74,7 @@ def one_run(run: Path, k: int) -> dict:
                                     max_steps=e.max_steps, tag=f"eval-{name}", num_envs=cfg.rollout.num_envs,
                                     workers=cfg.rollout.workers)
             if closer is not None:
-                summary["oracle_episodes"] = closer.episodes
+                summary["oracle_episodes"], summary["oracle_errors"] = closer.episodes, closer.errors
                 closer.close()
             write_json(out, summary)
         return json.loads(stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
@@ -112,7 +111,7 @@ def one_run(run: Path, k: int) -> dict:
                 history, _ = train_online_dpo(policy, critic, states, upd, progress=False)
             extra = {}
             if critic_name == "oracle":
-                extra["oracle_episodes"] = critic.episodes
+                extra["oracle_episodes"], extra["oracle_errors"] = critic.episodes, critic.errors
                 critic.close()
             save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
                         **{method.replace("-", "_"): {"config": upd.to_dict(), "history": history,
@@ -133,12 +132,13 @@ def one_run(run: Path, k: int) -> dict:
         q1 = load_prm(prm1).score([s for s, _ in flat], [a for _, a in flat]).tolist()
         with oracle(few, e.max_steps) as critic:
             qo = critic.score([s for s, _ in flat], [a for _, a in flat]).tolist()
+            errors = critic.errors
         groups = [s.key() for s, _ in flat]
         acc, pairs = pairwise_accuracy(q1, qo, groups)
         per_state = [spearman(q1[i:i + len(c)], qo[i:i + len(c)])
                      for i, c in zip(np.cumsum([0] + [len(c) for c in top[:-1]]), top)]
         per_state = [r for r in per_state if r is not None]
-        write_json(out, {"states": len(visited), "pairs": pairs, "pairwise_accuracy": acc,
+        write_json(out, {"states": len(visited), "oracle_errors": errors, "pairs": pairs, "pairwise_accuracy": acc,
                          "mean_state_spearman": float(np.mean(per_state)) if per_state else None,
                          "states_with_spearman": len(per_state), "pooled_spearman": spearman(q1, qo),
                          "oracle_separates_share": float(np.mean([len(set(qo[i:i + len(c)])) > 1 for i, c in zip(
@@ -155,8 +155,8 @@ def _restrict(summary: dict, tasks) -> dict:
 
 
 CLAIMS = (("BoN-{n}(pi0, Q_oracle)", "pi0 (subset)"), ("BoN-{n}(pi0, Q1)", "pi0 (subset)"),
-          ("BoN-{n}(pi0, Q_oracle)", "BoN-{n}(pi0, Q1)"), ("pi1 (Q1)", "pi0"), ("pi1 (Q_oracle)", "pi0"),
-          ("pi1 (Q1, distinct)", "pi0"), ("pi1 (Q_oracle, distinct)", "pi0"), ("pi1 (Q_oracle)", "pi1 (Q1)"),
+          ("BoN-{n}(pi0, Q_oracle)", "BoN-{n}(pi0, Q1)"), ("pi1 (Q1)", "pi0"),
+          ("pi1 (Q1, distinct)", "pi0"), ("pi1 (Q_oracle, distinct)", "pi0"),
           ("pi1 (Q_oracle, distinct)", "pi1 (Q1, distinct)"), ("pi1 (Q1, kl-distill)", "pi0"),
           ("pi1 (Q_oracle, kl-distill)", "pi0"), ("pi1 (Q_oracle, kl-distill)", "pi1 (Q1, kl-distill)"),
           ("pi1 (Q1, kl-distill)", "pi1 (Q1)"))

@@ -96,6 +96,28 @@ def test_sas_disk_cache_is_written_then_read_with_identical_transcripts(games, t
     assert first == [transcript(g, fast=True) for g in games]
 
 
+def test_closed_envs_hand_their_fast_downward_library_to_the_next(games, tmp_path):
+    """Each env load copies the 34 MB libdownward.so and loads it; a loaded copy is never unloaded, so stock
+    TextWorld keeps one deleted-but-mapped copy per env load (the oracle's thousands of loads filled a disk). With the
+    speed-ups a closed env's copy is reused: 2 open at once -> 2 copies, however many loads. Interleaved episodes on
+    reused copies still give the stock transcripts."""
+    code = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+            "from test_alfworld_env import transcript; from agentprm.envs.alfworld.engine import AlfWorldEnv; "
+            "games = [Path(g) for g in sys.argv[3:]]; "
+            "a, b = AlfWorldEnv(games[0], fast=True), AlfWorldEnv(games[1], fast=True); a.reset(); b.reset(); "
+            "a.close(); b.close(); "
+            "out = [transcript(g, fast=True) for g in games * 3]; "
+            "maps = {l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'libdownward' in l}; "
+            "Path(sys.argv[2]).write_text(json.dumps({'copies': len(maps), 'transcripts': out}))")
+    out = tmp_path / "out.json"
+    subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(out), *map(str, games)], check=True,
+                   timeout=600)
+    got = json.loads(out.read_text())
+    assert got["copies"] == 2                                   # 8 env loads, 2 ever open at once
+    stock = [transcript(g, fast=False) for g in games]
+    assert got["transcripts"] == stock * 3
+
+
 def test_walkthrough_wins_with_reward_on_the_winning_step(games):
     env = AlfWorldEnv(games[0])
     first = env.reset()

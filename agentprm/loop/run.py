@@ -209,7 +209,7 @@ class Loop:
             extra.update(steer_frac=self.cfg.exploration.steer_frac, steered_states=steered,
                          **({"hacking": detector.summary()} if detector else {}))
         if c.critic == "oracle":
-            extra["oracle_episodes"] = prm.episodes   # continuations played: the bound's price
+            extra["oracle_episodes"], extra["oracle_errors"] = prm.episodes, prm.errors   # the bound's price
             prm.close()
         save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
                     **{c.method.replace("-", "_"): {"config": cfg.to_dict(), "history": history, **extra}})

@@ -20,6 +20,12 @@
    rollouts of a task keep passing through the same states. A hit skips the planner's applicable-operator query
    and every command's derivation (most of a step); it restores the operator table that `apply` reads. At most
    2,048 states a process (~50 KB each, mostly TextWorld's Action objects), then the cache starts over.
+5. A disk leak, not only time: every `PddlEnv` copies Fast Downward's 34 MB `libdownward.so` to a temp folder,
+   loads it and deletes the file, but a loaded library is never unloaded, so the deleted copy keeps its disk space
+   for the life of the process: a worker that hosts thousands of env loads (the oracle critic plays a fresh env per
+   continuation) filled the disk. A closed env now hands its library copy back to a per-process free list and the
+   next env takes it (it loads its own SAS task into it, as it would into a new copy), so a worker holds at most
+   as many copies as it ever had envs open at once.
 
 `bench/env_steps.py` measures the effect side by side; `tests/test_alfworld_env.py` checks transcripts match.
 """
@@ -121,7 +127,29 @@ def install() -> None:
 
     tw_logic.fast_downward = _FastDownward()
     _cache_admissible_commands()
+    _reuse_downward_libraries()
     _installed = True
+
+
+def _reuse_downward_libraries() -> None:
+    """Speed-up 5 (module doc): library copies go back to a free list on close and are reused by the next env."""
+    from textworld.envs.pddl import pddl
+
+    module, free = pddl.fast_downward, []
+
+    class _FastDownward:  # the module as PddlEnv sees it, with load_lib served from the free list first
+        def __getattr__(self, name):
+            if name == "load_lib":
+                return lambda: free.pop() if free else module.load_lib()
+            return getattr(module, name)
+
+    def close(self) -> None:
+        lib, self.downward_lib = getattr(self, "downward_lib", None), None
+        if lib is not None:
+            free.append(lib)
+
+    pddl.fast_downward = _FastDownward()
+    pddl.PddlEnv.close = close
 
 
 _GATHERED = ("_valid_actions", "_valid_commands", "admissible_commands")
