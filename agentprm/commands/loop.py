@@ -61,12 +61,12 @@ def print_results(rows: list[dict], title: str, comparisons: list[dict] = ()) ->
     for c in comparisons:
         against.setdefault(c["a"], c)
     table = Table(title=title)
-    for col in ("policy", "iter", "BoN", "success", "95% CI", "eps", "Δ vs", "Δ pts [paired 95% CI]", "≠ 0"):
-        table.add_column(col, justify="right")
+    for col in ("policy", "BoN", "success", "95% CI", "eps", "Δ vs", "paired Δ [95% CI]", "≠ 0"):
+        table.add_column(col, justify="right", no_wrap=col.startswith("paired"))
     for r in rows:
         lo, hi = r["ci95"]
         c = against.get(row_name(r))
-        table.add_row(r["policy"], str(r["iteration"]), str(r["best_of_n"]), f"{100 * r['success_rate']:.1f}%",
+        table.add_row(r["policy"], str(r["best_of_n"]), f"{100 * r['success_rate']:.1f}%",
                       f"[{100 * lo:.0f}, {100 * hi:.0f}]", str(r["episodes"]), c["b"] if c else "",
                       delta_cell(c) if c else "", ("yes" if resolved(c) else "no") if c else "")
     console = Console()
