@@ -8,9 +8,9 @@ For each run (iteration 1 done: π0, its rollouts, Q1, π1), with Q_oracle = Q^�
 - test time, on the first `--eval-tasks` eval tasks (every task type alike): π0, BoN-N(π0, Q_oracle) and
   BoN-N(π0, Q1) with the run's own N and sampling temperature — how much a perfect critic of π0 can add, and
   how much of it Q1 delivers;
-- the update, on all eval tasks: π1 trained against Q1 (the run's) and against Q_oracle, by online DPO, by online DPO
-  with distinct samples per state (every sampled state gives a pair) and by kl-distill (policy/kl_distill.py) —
-  same states, steps, β and seeds as the run's update;
+- the update, on all eval tasks: π1 trained against Q1 (the run's own, online DPO) and, against Q1 and against
+  Q_oracle, by online DPO with distinct samples per state (every sampled state gives a pair) and by kl-distill
+  (policy/kl_distill.py) — same states, steps, β and seeds as the run's update (policy/update.py);
 - Q1 as a critic: on states π0 visits greedily on held-out (eval) tasks, Q1's same-state ranking of π0's top-4
   commands against Q_oracle's (pairwise accuracy over pairs the oracle separates, mean per-state Spearman).
 
@@ -19,6 +19,7 @@ Every stage is resumable (<run>/oracle/, StageRunner); results go to <first run'
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -50,9 +51,9 @@ def subset(tasks, k: int):
 
 def one_run(run: Path, k: int) -> dict:
     from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.policy.kl_distill import KLDistillConfig, train_kl_distill
-    from agentprm.policy.online_dpo import OnlineDPOConfig, rollout_states, train_online_dpo
+    from agentprm.policy.online_dpo import rollout_states
     from agentprm.policy.sft import save_policy
+    from agentprm.policy.update import run_update
     from agentprm.rollout.oracle import OracleCritic
 
     cfg = load_config(run / "config.yaml")
@@ -64,8 +65,8 @@ def one_run(run: Path, k: int) -> dict:
     n = e.best_of_n[0]
 
     def oracle(tasks, max_steps):
-        return OracleCritic(tasks, LMAgent.load(pi0, mode=mode, seed=seed), gamma=cfg.targets.gamma,
-                            max_steps=max_steps, num_envs=cfg.rollout.num_envs, workers=cfg.rollout.workers, seed=seed)
+        return OracleCritic.greedy(pi0, tasks, mode=mode, gamma=cfg.targets.gamma, max_steps=max_steps,
+                                   num_envs=cfg.rollout.num_envs, workers=cfg.rollout.workers, seed=seed)
 
     def evaluate(name: str, make_agent, tasks) -> dict:
         def build(out: Path) -> None:
@@ -93,29 +94,19 @@ def one_run(run: Path, k: int) -> dict:
             "pi1 (Q1)": json.loads((run / "evals/pi1.json").read_text())}
 
     states = rollout_states(run / "iter_1/rollouts")
-    p = cfg.policy
     for label, critic_name, method, distinct in UPDATES:
         folder = f"policy_{critic_name}_{method}{'_distinct' if distinct else ''}"
 
         def update(out: Path, critic_name=critic_name, method=method, distinct=distinct) -> None:
             policy = LMAgent.load(pi0, mode=mode, seed=seed + 1, name="pi1")
             critic = oracle(train, cfg.rollout.max_steps) if critic_name == "oracle" else load_prm(prm1)
-            if method == "kl-distill":
-                upd = KLDistillConfig(beta=p.beta, candidates=p.candidates, steps=p.steps, batch_size=p.batch_size,
-                                      lr=p.lr, seed=seed + 1)
-                history = train_kl_distill(policy, critic, states, upd, progress=False)
-            else:
-                upd = OnlineDPOConfig(beta=p.beta, samples_per_state=p.samples_per_state, temperature=p.temperature,
-                                      min_margin=p.min_margin, distinct=distinct, steps=p.steps,
-                                      batch_size=p.batch_size, lr=p.lr, seed=seed + 1)
-                history, _ = train_online_dpo(policy, critic, states, upd, progress=False)
-            extra = {}
+            key, meta = run_update(policy, critic, states, dataclasses.replace(cfg.policy, method=method,
+                                                                               distinct=distinct),
+                                   seed + 1, str(pi0), progress=False)
             if critic_name == "oracle":
-                extra["oracle_episodes"], extra["oracle_errors"] = critic.episodes, critic.errors
+                meta["oracle_episodes"], meta["oracle_errors"] = critic.episodes, critic.errors
                 critic.close()
-            save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
-                        **{method.replace("-", "_"): {"config": upd.to_dict(), "history": history,
-                                                      "reference": str(pi0), **extra}})
+            save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **{key: meta})
 
         policy_dir = stages.run(folder, folder, update)
         rows[label] = evaluate(folder, lambda d=policy_dir: (LMAgent.load(d, mode=mode, seed=seed + 1), None), evals)
@@ -133,16 +124,13 @@ def one_run(run: Path, k: int) -> dict:
         with oracle(few, e.max_steps) as critic:
             qo = critic.score([s for s, _ in flat], [a for _, a in flat]).tolist()
             errors = critic.errors
-        groups = [s.key() for s, _ in flat]
-        acc, pairs = pairwise_accuracy(q1, qo, groups)
-        per_state = [spearman(q1[i:i + len(c)], qo[i:i + len(c)])
-                     for i, c in zip(np.cumsum([0] + [len(c) for c in top[:-1]]), top)]
-        per_state = [r for r in per_state if r is not None]
+        acc, pairs = pairwise_accuracy(q1, qo, [s.key() for s, _ in flat])
+        spans = [(i, i + len(c)) for i, c in zip(np.cumsum([0] + [len(c) for c in top[:-1]]), top)]
+        per_state = [r for r in (spearman(q1[a:b], qo[a:b]) for a, b in spans) if r is not None]
         write_json(out, {"states": len(visited), "oracle_errors": errors, "pairs": pairs, "pairwise_accuracy": acc,
                          "mean_state_spearman": float(np.mean(per_state)) if per_state else None,
                          "states_with_spearman": len(per_state), "pooled_spearman": spearman(q1, qo),
-                         "oracle_separates_share": float(np.mean([len(set(qo[i:i + len(c)])) > 1 for i, c in zip(
-                             np.cumsum([0] + [len(c) for c in top[:-1]]), top)]))})
+                         "oracle_separates_share": float(np.mean([len(set(qo[a:b])) > 1 for a, b in spans]))})
 
     ranking = json.loads(stages.run("ranking", "ranking.json", rank).read_text())
     return {"seed": seed, "rows": rows, "ranking": ranking}

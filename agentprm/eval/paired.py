@@ -55,12 +55,12 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
 
 def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     """(row, the row it claims to beat) for a loop's rows: π_i vs π_{i-1} and, from i = 2 on, vs π0; every
-    test-time search row (Best-of-N, beam) vs its own greedy policy."""
-    greedy = {r["iteration"]: r for r in rows if r["best_of_n"] == 1 and not r.get("search")}
+    Best-of-N row vs its own greedy policy."""
+    greedy = {r["iteration"]: r for r in rows if r["best_of_n"] == 1}
     pairs = []
     for r in rows:
         i = r["iteration"]
-        if r["best_of_n"] == 1 and not r.get("search"):
+        if r["best_of_n"] == 1:
             pairs += [(r, greedy[j]) for j in dict.fromkeys((i - 1, 0)) if i >= 1 and j in greedy]
         elif i in greedy:
             pairs.append((r, greedy[i]))
@@ -68,16 +68,15 @@ def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def row_name(r: dict) -> str:
-    """"pi1", "pi1+bon4", "pi1+beam2x2": how tables name a row."""
-    return r["policy"] + (f"+{r['search']}" if r.get("search") else f"+bon{r['best_of_n']}" if r["best_of_n"] > 1
-                          else "")
+    """"pi1", "pi1+bon4": how tables name a row."""
+    return r["policy"] + (f"+bon{r['best_of_n']}" if r["best_of_n"] > 1 else "")
 
 
 def comparisons(per_seed_rows: Mapping[int, list[dict]], resamples: int = RESAMPLES) -> list[dict]:
     """The paired comparisons a loop's rows claim (claimed_pairs), pooled over seeds: rows are matched across seeds
-    by (policy, iteration, Best-of-N, search). Rows without per-task outcomes (evals written by older versions)
+    by (policy, iteration, Best-of-N). Rows without per-task outcomes (evals written by older versions)
     are skipped."""
-    key = lambda r: (r["policy"], r["iteration"], r["best_of_n"], r.get("search"))  # noqa: E731
+    key = lambda r: (r["policy"], r["iteration"], r["best_of_n"])  # noqa: E731
     by_key: dict[tuple, dict[int, dict]] = {}
     for seed, rows in per_seed_rows.items():
         for r in rows:

@@ -182,47 +182,30 @@ class Loop:
         `hacking.enabled`) or, `policy.method: kl-distill`, the closed-form KL-regularised improvement over the
         admissible set distilled into π (policy/kl_distill.py); saves π_i."""
         from agentprm.agent.lm import LMAgent
-        from agentprm.policy.online_dpo import OnlineDPOConfig, rollout_states, train_online_dpo
+        from agentprm.policy.online_dpo import rollout_states
         from agentprm.policy.sft import save_policy
+        from agentprm.policy.update import run_update
         from agentprm.prm.loading import load_prm
+        from agentprm.rollout.oracle import OracleCritic
 
         c, seed = self.cfg.policy, self.cfg.seed + i
         states = rollout_states(rollouts)
         policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
-        prm = load_prm(prm_dir) if c.critic == "prm" else self.oracle_critic(prev, self.tasks()[0], seed)
-        extra: dict = {"reference": str(prev)}
-        if c.method == "kl-distill":
-            from agentprm.policy.kl_distill import KLDistillConfig, train_kl_distill
-
-            cfg = KLDistillConfig(beta=c.beta, candidates=c.candidates, steps=c.steps, batch_size=c.batch_size,
-                                  lr=c.lr, seed=seed)
-            history = train_kl_distill(policy, prm, states, cfg, progress=self.progress)
-        else:
-            cfg = OnlineDPOConfig(beta=c.beta, samples_per_state=c.samples_per_state, temperature=c.temperature,
-                                  min_margin=c.min_margin, distinct=c.distinct, steps=c.steps,
-                                  batch_size=c.batch_size, lr=c.lr, seed=seed)
-            detector = None
-            if self.cfg.hacking.enabled:
-                detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
-            history, steered = train_online_dpo(policy, prm, states, cfg, progress=self.progress, on_log=detector,
-                                                steer_frac=self.cfg.exploration.steer_frac)
-            extra.update(steer_frac=self.cfg.exploration.steer_frac, steered_states=steered,
-                         **({"hacking": detector.summary()} if detector else {}))
+        r = self.cfg.rollout
+        prm = load_prm(prm_dir) if c.critic == "prm" else OracleCritic.greedy(
+            prev, self.tasks()[0], mode=r.mode, gamma=self.cfg.targets.gamma, max_steps=r.max_steps,
+            num_envs=r.num_envs, workers=r.workers, seed=seed)
+        detector = None
+        if self.cfg.hacking.enabled:   # online DPO only (config check)
+            detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
+        key, meta = run_update(policy, prm, states, c, seed, str(prev), progress=self.progress, on_log=detector,
+                               steer_frac=self.cfg.exploration.steer_frac)
+        if detector:
+            meta["hacking"] = detector.summary()
         if c.critic == "oracle":
-            extra["oracle_episodes"], extra["oracle_errors"] = prm.episodes, prm.errors   # the bound's price
+            meta["oracle_episodes"], meta["oracle_errors"] = prm.episodes, prm.errors   # the bound's price
             prm.close()
-        save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg,
-                    **{c.method.replace("-", "_"): {"config": cfg.to_dict(), "history": history, **extra}})
-
-    def oracle_critic(self, policy_dir: Path, tasks, seed: int):
-        """Q^π by greedy continuations of `policy_dir` in the simulator (rollout/oracle.py), discounted like the
-        targets, under the rollouts' step budget."""
-        from agentprm.agent.lm import LMAgent
-        from agentprm.rollout.oracle import OracleCritic
-
-        greedy = LMAgent.load(policy_dir, mode=self.cfg.rollout.mode, seed=seed)
-        return OracleCritic(tasks, greedy, gamma=self.cfg.targets.gamma, max_steps=self.cfg.rollout.max_steps,
-                            num_envs=self.cfg.rollout.num_envs, workers=self.cfg.rollout.workers, seed=seed)
+        save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **{key: meta})
 
     def _hacking_detector(self, i: int, prev: Path, policy, prm, prm_dir: Path, states: list) -> tuple:
         """The detector for iteration i and the states left for the update: a seeded `hacking.monitor_states` of

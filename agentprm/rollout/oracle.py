@@ -39,6 +39,15 @@ class OracleCritic:
         self.episodes = self.errors = 0        # continuation episodes played, and those whose env failed
         self._pool: EnvPool | None = None
 
+    @classmethod
+    def greedy(cls, policy_dir, tasks: Sequence[TaskSpec], *, mode: str, gamma: float, max_steps: int,
+               num_envs: int = 16, workers: int | None = None, seed: int = 0) -> OracleCritic:
+        """Q^π of the greedy policy saved in `policy_dir` (one continuation per (state, action) is exact)."""
+        from agentprm.agent.lm import LMAgent
+
+        return cls(tasks, LMAgent.load(policy_dir, mode=mode, seed=seed), gamma=gamma, max_steps=max_steps,
+                   num_envs=num_envs, workers=workers, seed=seed)
+
     def score(self, states: Sequence[AgentState], replies: Sequence[str]) -> torch.Tensor:
         if len(states) != len(replies):
             raise ValueError(f"{len(states)} states but {len(replies)} replies")

@@ -44,10 +44,9 @@ def continuation_targets(rollouts: str | Path, tasks, policy_dir: str | Path, *,
     picked = random.Random(seed).sample(list(visited.values()), min(states, len(visited)))
     picked.sort(key=lambda v: (v[1].episode_id, v[2]))   # rollout order: neighbouring states share prefixes
     ranker = LMAgent.load(policy_dir, mode=mode, distinct=True, seed=seed)
-    greedy = LMAgent.load(policy_dir, mode=mode, seed=seed)
     rows = []
-    with OracleCritic(tasks, greedy, gamma=gamma, max_steps=max_steps, num_envs=num_envs, workers=workers,
-                      seed=seed) as oracle:
+    with OracleCritic.greedy(policy_dir, tasks, mode=mode, gamma=gamma, max_steps=max_steps, num_envs=num_envs,
+                             workers=workers, seed=seed) as oracle:
         for start in range(0, len(picked), CHUNK):
             chunk = picked[start:start + CHUNK]
             tops = ranker.sample([s for s, _, _ in chunk], [None] * len(chunk), candidates)

@@ -19,7 +19,7 @@ Since game `index` does not depend on `num`, a split of 36 games is the first 36
 
 Cache: a verified game is also kept under `game_cache_dir()` (keyed by seed, split, index, type and a digest of
 this module and the alfworld version), so a split that was generated once, or any prefix of it, is copied, not
-regenerated and replayed again (`bench/`-free: ~2 s a game saved). Set AGENTPRM_GAME_CACHE=off to bypass it.
+drafted and verified by replay again. Set AGENTPRM_GAME_CACHE=off to bypass it.
 See docs/alfworld.md for how generated games differ from the official ones.
 """
 from __future__ import annotations
