@@ -22,14 +22,19 @@ def test_shared_stages_follow_the_inputs_each_stage_reads():
     shaped = {"targets": {"shaping_alpha": 0.5}}
     assert shared_stages(from_dict({**shaped, "prm": {"epochs": 1}}), from_dict(shaped)) == ALL
     assert shared_stages(from_dict({**shaped, "policy": {"steps": 5}}), from_dict(shaped)) == ALL | TARGETS
-    # more rollouts: π0 and its eval are the same, the rollouts are not
-    assert shared_stages(from_dict({"rollout": {"per_task": 2}}), base) == ALL - {"eval_pi0", "iter_1/rollouts"}
+    # more rollouts: π0 and its eval are the same, the rollouts are not; another way of playing: not the eval either
+    assert shared_stages(from_dict({"rollout": {"per_task": 2}}), base) == ALL - {"iter_1/rollouts"}
+    assert shared_stages(from_dict({"rollout": {"mode": "generate"}}), base) == ALL - {"eval_pi0", "iter_1/rollouts"}
     assert shared_stages(from_dict({"eval": {"max_steps": 10}}), base) == (ALL | TARGETS) - {"eval_pi0"}
     # Reset-50-50 changes the rollouts even with equal rollout settings, on either side
     reset = from_dict({"algo": "inverse-prm", "exploration": {"reset_frac": 0.5}})
     assert shared_stages(reset, base) == shared_stages(base, reset) == ALL - {"iter_1/rollouts"}
     assert shared_stages(from_dict({"policy0": {"retrain": True}}), base) == {"tasks_train", "tasks_eval", "demos"}
-    assert shared_stages(from_dict({"tasks": {"train": 8}}), base) == set()
+    # other train tasks: the eval split, the bundled π0 and its eval still agree (a retrained π0 would not)
+    assert shared_stages(from_dict({"tasks": {"train": 8}}), base) == {"tasks_eval", "policy_0", "eval_pi0"}
+    assert shared_stages(from_dict({"tasks": {"train": 8}, "policy0": {"retrain": True}}),
+                         from_dict({"policy0": {"retrain": True}})) == {"tasks_eval"}
+    assert shared_stages(from_dict({"tasks": {"eval": 8}}), base) == (ALL | TARGETS) - {"tasks_eval", "eval_pi0"}
     assert shared_stages(from_dict({"seed": 1}), base) == set()
 
 

@@ -20,22 +20,34 @@ def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
     """The stages `cfg` may copy from `first`'s run of the same seed: those whose inputs the two configs agree on.
     (`first` is any earlier variant; run_sweep picks the one sharing the most.)"""
     same = lambda *sections: all(getattr(cfg, s) == getattr(first, s) for s in sections)  # noqa: E731
-    names = set()
-    if cfg.seed == first.seed and same("tasks"):
-        names |= {"tasks_train", "tasks_eval", "demos"}
-        if same("policy0"):
-            names.add("policy_0")
-            if same("rollout", "eval"):
-                names.add("eval_pi0")
-            # Reset-50-50 starts some rollouts on demos: those differ even with equal rollout settings
-            if same("rollout") and cfg.exploration.reset_frac == first.exploration.reset_frac == 0:
-                names.add("iter_1/rollouts")
-                # the targets depend on the rollouts, π0, the train tasks and the targets section (and, when
-                # shaped, on the value model's PRM settings)
-                if (same("targets") and cfg.algo == first.algo == "agentprm"
-                        and (cfg.targets.shaping_alpha == 0 or same("prm"))):
-                    names.add("iter_1/targets")
+    if cfg.seed != first.seed:
+        return set()
+    split = lambda c, name: (getattr(c.tasks, name), getattr(c.tasks, f"{name}_dir"), c.tasks.types)  # noqa: E731
+    train, evals = (split(cfg, n) == split(first, n) for n in ("train", "eval"))
+    names = {"tasks_train", "demos"} if train else set()
+    if evals:
+        names.add("tasks_eval")
+    # the bundled or a given π0 does not depend on the train tasks; an SFT-retrained one does
+    if same("policy0") and (train or not cfg.policy0.retrain):
+        names.add("policy_0")
+        # π0's eval reads the eval tasks, the eval section and how episodes are played (mode, envs), not the
+        # settings of the train rollouts
+        if evals and same("eval") and _playing(cfg) == _playing(first):
+            names.add("eval_pi0")
+        # Reset-50-50 starts some rollouts on demos: those differ even with equal rollout settings
+        if train and same("rollout") and cfg.exploration.reset_frac == first.exploration.reset_frac == 0:
+            names.add("iter_1/rollouts")
+            # the targets depend on the rollouts, π0, the train tasks and the targets section (and, when
+            # shaped, on the value model's PRM settings)
+            if (same("targets") and cfg.algo == first.algo == "agentprm"
+                    and (cfg.targets.shaping_alpha == 0 or same("prm"))):
+                names.add("iter_1/targets")
     return names
+
+
+def _playing(cfg: LoopConfig) -> tuple:
+    r = cfg.rollout
+    return r.mode, r.num_envs, r.workers
 
 
 def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resume: bool) -> dict[str, dict]:
@@ -55,8 +67,9 @@ def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resum
             shared = shared_stages(cfg, dataclasses.replace(configs[source], seed=seed))
             reuse = None if name == first else (out / source / f"seed{seed}", shared)
             done = run_dir / "results.json"
-            results = (json.loads(done.read_text()) if done.exists() and resume
-                       else Loop(cfg, run_dir, resume, reuse=reuse).run())
+            results = json.loads(done.read_text()) if done.exists() and resume else None
+            if results is None or results["config"] != cfg.to_dict():   # e.g. `iterations` raised: extend the run
+                results = Loop(cfg, run_dir, resume, reuse=reuse).run()
             per_seed[seed] = results["rows"]
             wall += sum(results["stage_seconds"].values())
             # demos count as the method's own: only the methods that learn from demos pay for them
