@@ -18,6 +18,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from agentprm.eval.paired import comparisons_table, paired_difference
 from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
@@ -26,7 +27,8 @@ from agentprm.loop.sweep import run_sweep
 METHODS = ("agentprm", "inverse-prm", "grpo", "spro", "prime", "sft")
 
 
-def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int, resume: bool) -> list[dict]:
+def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int,
+                      resume: bool) -> dict[int, list[dict]]:
     """BoN(N = width × expand) vs beam(width, expand) with the AgentPRM runs' last π and Q, same eval tasks; each
     seed's pair of rows is saved to <out>/search/seed<k>-<width>x<expand>.json (reused with --resume)."""
     from agentprm.agent.lm import LMAgent
@@ -56,10 +58,39 @@ def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int
                            **bon}, {"policy": f"beam-{width}x{expand}", "iteration": base.iterations,
                                     "best_of_n": width * expand, **beam}]
         write_json(saved, per_seed[seed])
-    return pooled_rows(per_seed)
+    return per_seed
 
 
-def markdown(table: list[tuple[str, dict, dict]], search: list[dict], seeds: list[int], config: str) -> str:
+def method_comparisons(sweep: dict[str, dict], search: dict[int, list[dict]]) -> list[dict]:
+    """The claims of the table as paired differences over the same eval tasks and seeds: every method's last π vs
+    π0 and vs outcome-only GRPO, and each test-time search vs the greedy AgentPRM π it searches with (beam also vs
+    Best-of-N)."""
+    def final(name: str) -> tuple[str, dict[int, dict]]:
+        per_seed = sweep[name]["per_seed"]
+        last = max(r["iteration"] for rows in per_seed.values() for r in rows)
+        return f"{name}: pi{last}", {s: next(r for r in rows if r["iteration"] == last and r["best_of_n"] == 1)
+                                     for s, rows in per_seed.items()}
+
+    first = next(iter(sweep))
+    pi0 = ("SFT π0", {s: next(r for r in rows if r["iteration"] == 0)
+                      for s, rows in sweep[first]["per_seed"].items()})
+    finals = {name: final(name) for name in sweep}
+    pairs = [(finals[m], pi0) for m in sweep]
+    pairs += [(finals[m], finals["grpo"]) for m in sweep if "grpo" in sweep and m != "grpo"]
+    if search and "agentprm" in sweep:
+        rows = [{s: search[s][k] for s in search} for k in range(2)]
+        bon, beam = ((r[next(iter(r))]["policy"], r) for r in rows)
+        pairs += [(bon, finals["agentprm"]), (beam, finals["agentprm"]), (beam, bon)]
+    out = []
+    for (a, ra), (b, rb) in pairs:
+        diff = paired_difference({s: r["per_task"] for s, r in ra.items()}, {s: r["per_task"] for s, r in rb.items()})
+        out.append({"a": a, "b": b, "a_best_of_n": next(iter(ra.values()))["best_of_n"],
+                    "b_best_of_n": next(iter(rb.values()))["best_of_n"], **diff})
+    return out
+
+
+def markdown(table: list[tuple[str, dict, dict]], search: list[dict], seeds: list[int], config: str,
+             comps: list[dict] = ()) -> str:
     lines = [f"Config `{config}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); seconds summed over "
              "seeds: all stages, and the method's own (without the stages every method shares: tasks, π0's eval, "
              "π0's rollouts).", "",
@@ -70,6 +101,9 @@ def markdown(table: list[tuple[str, dict, dict]], search: list[dict], seeds: lis
     if search:
         lines += ["", "| test-time search (samples/turn) | success % | 95% CI | episodes |", "|---|---|---|---|"]
         lines += [f"| {r['policy']} ({r['best_of_n']}) | {rate_cells(r)} |" for r in search]
+    if comps:
+        lines += ["", "Paired differences (same eval tasks and seeds; bootstrap over tasks, seeds as strata):", "",
+                  comparisons_table(comps)]
     return "\n".join(lines) + "\n"
 
 
@@ -93,11 +127,12 @@ def main() -> None:
             table.append(("SFT π0", next(r for r in rows if r["iteration"] == 0), {"wall_seconds": 0.0,
                                                                                  "own_seconds": 0.0}))
         table.append((algo, next(r for r in rows if r["iteration"] == last and r["best_of_n"] == 1), seconds))
-    search = search_comparison(base, args.seeds, out, *args.beam, args.resume) if "agentprm" in args.methods else []
+    search = search_comparison(base, args.seeds, out, *args.beam, args.resume) if "agentprm" in args.methods else {}
+    comps = method_comparisons(sweep, search)
     write_json(out / "compare.json", {"table": [{"method": m, **r, **t} for m, r, t in table],
-                                      "search": search, "seeds": args.seeds,
+                                      "search": pooled_rows(search), "comparisons": comps, "seeds": args.seeds,
                                       "provenance": provenance(base.to_dict(), None)})
-    text = markdown(table, search, args.seeds, args.config)
+    text = markdown(table, pooled_rows(search), args.seeds, args.config, comps)
     write_text(out / "compare.md", text)
     print(text)
 
