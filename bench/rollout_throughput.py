@@ -35,7 +35,8 @@ from agentprm.agent.policies import RandomAgent
 from agentprm.envs.alfworld.tasks import TaskSpec, load_tasks
 from agentprm.envs.pool import EnvPool
 from agentprm.io import provenance, write_json
-from agentprm.models import build_model, build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import build_model
 from agentprm.rollout.engine import episode_jobs, run_episodes
 
 TARGET_RATIO = 5.0

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from agentprm.eval.paired import comparisons, comparisons_table, paired_difference, row_name
-from agentprm.eval.summary import per_seed_cell, rate_cells
+from agentprm.data.summary import per_seed_cell, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.sweep import load_variants, run_sweep
 

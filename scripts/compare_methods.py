@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from agentprm.eval.paired import comparisons_table, paired_difference
-from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
+from agentprm.data.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.sweep import run_sweep
@@ -35,7 +35,7 @@ def search_comparison(base, seeds: list[int], out: Path, width: int, expand: int
     from agentprm.agent.policies import BestOfNAgent
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.eval.beam import play_beam
-    from agentprm.eval.run import play_tasks
+    from agentprm.rollout.play import play_tasks
     from agentprm.prm.loading import load_prm
 
     per_seed: dict[int, list[dict]] = {}

@@ -29,8 +29,8 @@ import numpy as np
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.policies import BestOfNAgent
 from agentprm.eval.paired import comparisons_table, paired_difference
-from agentprm.eval.run import play_tasks
-from agentprm.eval.summary import pooled_rows, rate_cells, wilson_ci
+from agentprm.rollout.play import play_tasks
+from agentprm.data.summary import pooled_rows, rate_cells, wilson_ci
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.stages import StageRunner
@@ -52,7 +52,7 @@ def subset(tasks, k: int):
 def one_run(run: Path, k: int) -> dict:
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.policy.online_dpo import rollout_states
-    from agentprm.policy.sft import save_policy
+    from agentprm.agent.checkpoint import save_policy
     from agentprm.policy.update import run_update
     from agentprm.rollout.oracle import OracleCritic
 

@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from agentprm.eval.paired import comparisons, comparisons_table
-from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
+from agentprm.data.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.run import Loop

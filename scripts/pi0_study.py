@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from agentprm.eval.summary import per_seed_cell, pooled_rows, rate_cells
+from agentprm.data.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import atomic_path, provenance, write_json, write_text
 from agentprm.loop.report import errorbar_ci, save_png
 from build_default_policy import SETTINGS, agentprm, games

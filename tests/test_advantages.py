@@ -86,7 +86,8 @@ def one_step_episode(task, turn, action: str, won: bool, k: int):
 
 
 def tiny():
-    from agentprm.models import build_model, build_tokenizer
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model
 
     tok = build_tokenizer()
     return build_model("tiny", tok, seed=0), tok
@@ -111,7 +112,7 @@ def test_grpo_update_moves_toward_the_winning_reply(start):
     episodes = [one_step_episode(task, turn, "inventory", True, 0), one_step_episode(task, turn, "look", False, 1)]
     model, tok = tiny()
     before = logp_of(model, tok, state, "inventory") - logp_of(model, tok, state, "look")
-    cfg = PolicyGradientConfig(steps=10, batch_groups=1, lr=3e-3, clip=0.2)
+    cfg = PolicyGradientConfig(steps=10, batch_groups=1, lr=3e-3, clip=0.2, entropy_coef=0.0)
     history = train_policy_gradient(model, tok, PromptConfig(), episodes, cfg, progress=False)
     after = logp_of(model, tok, state, "inventory") - logp_of(model, tok, state, "look")
     assert after > before + 0.5, (before, after)
@@ -121,8 +122,8 @@ def test_grpo_update_moves_toward_the_winning_reply(start):
 def test_first_step_spro_loss_equals_grpo_loss(start):
     """π_θ = π_ref before any update, so every process reward is 0 and SPRO's loss is GRPO's."""
     from agentprm.agent.encoding import PromptConfig
-    from agentprm.policy.policy_gradient import (PolicyGradientConfig, PolicyGradientLoss, add_reference_logprobs,
-                                                 encode_groups)
+    from agentprm.agent.episodes import add_reference_logprobs
+    from agentprm.policy.policy_gradient import PolicyGradientConfig, PolicyGradientLoss, encode_groups
 
     task, turn = start
     episodes = [one_step_episode(task, turn, a, w, k) for k, (a, w) in enumerate([("inventory", True), ("look", False),
@@ -130,8 +131,9 @@ def test_first_step_spro_loss_equals_grpo_loss(start):
     model, tok = tiny()
     groups = encode_groups(episodes, tok, PromptConfig())
     add_reference_logprobs([ep for g in groups for ep in g], model, tok.pad_token_id)
-    grpo, _ = PolicyGradientLoss(PolicyGradientConfig(process_beta=0.0), tok.pad_token_id)(model, groups)
-    spro, _ = PolicyGradientLoss(PolicyGradientConfig(process_beta=0.5), tok.pad_token_id)(model, groups)
+    cfg = PolicyGradientConfig(entropy_coef=0.0)
+    grpo, _ = PolicyGradientLoss(cfg, tok.pad_token_id, process_beta=0.0)(model, groups)
+    spro, _ = PolicyGradientLoss(cfg, tok.pad_token_id, process_beta=0.5)(model, groups)
     assert torch.equal(grpo.detach(), spro.detach())
 
 
@@ -155,7 +157,7 @@ def test_mini_loop_runs(algo, tmp_path, generated_tasks):
 
     from agentprm.agent.encoding import PromptConfig
     from agentprm.cli import main
-    from agentprm.policy.sft import save_policy
+    from agentprm.agent.checkpoint import save_policy
 
     model, tok = tiny()
     pi0 = save_policy(model, tok, tmp_path / "pi0", PromptConfig())
@@ -172,17 +174,15 @@ def test_mini_loop_runs(algo, tmp_path, generated_tasks):
     rows = json.loads((run / "results.json").read_text())["rows"]
     assert [(r["policy"], r["best_of_n"]) for r in rows] == [("pi0", 1), ("pi1", 1)]   # no PRM: no Best-of-N
     meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["policy_gradient"]
-    assert meta["config"]["process_beta"] == (0.1 if algo == "spro" else 0.0)
+    assert meta["process_beta"] == (0.1 if algo == "spro" else 0.0)
     assert meta["reference"].endswith("policy_0") and len(meta["history"]) >= 1
 
 
 def test_policy_gradient_algos_refuse_reset_exploration():
-    from types import SimpleNamespace
-
+    """Groups must be π_{i-1}'s own episodes from the task start: Reset-50-50 is refused when the config loads."""
     from agentprm.errors import UserError
-    from agentprm.loop.algos import get_algorithm
     from agentprm.loop.config import from_dict
 
-    loop = SimpleNamespace(cfg=from_dict({"algo": "spro", "exploration": {"reset_frac": 0.5}}))
-    with pytest.raises(UserError, match="reset_frac"):
-        get_algorithm("spro")(loop, 1, None, [], [])
+    for algo in ("grpo", "spro"):
+        with pytest.raises(UserError, match="'exploration.reset_frac' applies to algo inverse-prm; algo " + algo):
+            from_dict({"algo": algo, "exploration": {"reset_frac": 0.5}})

@@ -7,7 +7,7 @@ import torch
 
 from agentprm.agent import AgentState, Goal, format_reply, parse_goal, parse_reply, state_to_messages
 from agentprm.envs.base import Turn
-from agentprm.models import build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
 
 torch.set_num_threads(1)
 

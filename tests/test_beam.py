@@ -76,7 +76,8 @@ def test_random_policy_beam_without_a_useful_prm_loses_and_counts_samples(task):
 
 def test_play_beam_with_an_lm_policy(task):
     from agentprm.agent.lm import LMAgent
-    from agentprm.models import build_model, build_tokenizer
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model
 
     tok = build_tokenizer()
     policy = LMAgent(build_model("tiny", tok, seed=0), tok, temperature=1.0, seed=0)

@@ -21,7 +21,8 @@ def test_bundled_policy_loads_and_records_its_eval():
 def test_bundled_policy_speaks_the_current_prompt_format():
     """Its vocabulary is the one the current format and env text build: a prompt-format change that adds a word
     must rebuild the bundled π0 (scripts/build_default_policy.py), or its prompts would carry <unk>."""
-    from agentprm.models import build_tokenizer, load_tokenizer
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import load_tokenizer
 
     assert load_tokenizer(DEFAULT_POLICY).get_vocab() == build_tokenizer().get_vocab()
 

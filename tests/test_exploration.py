@@ -74,7 +74,7 @@ def fake_state(admissible=("go to drawer 1", "go to cabinet 1", "look", "invento
 
 def test_steered_prompt_lists_untried_actions_in_known_words():
     from agentprm.agent.format import state_to_messages, steered_messages
-    from agentprm.models import build_tokenizer
+    from agentprm.agent.tokenizer import build_tokenizer
 
     state = fake_state()
     plain, steered = state_to_messages(state), steered_messages(state)
@@ -94,7 +94,8 @@ def test_steered_sampler_rate_is_the_configured_one(frac):
 
     from agentprm.agent.lm import LMAgent
     from agentprm.policy.online_dpo import SteeredSampler
-    from agentprm.models import build_model, build_tokenizer
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model
 
     torch.set_num_threads(1)
     tok = build_tokenizer()

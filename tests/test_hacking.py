@@ -10,10 +10,12 @@ import torch
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.state import AgentState
 from agentprm.envs.base import Turn
-from agentprm.models import build_model, build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import build_model
 from agentprm.policy.hacking import (HackingConfig, HackingDetector, HackingWarning, ProbeResult, hold_out,
                                      returns_to_go)
-from agentprm.policy.online_dpo import OnlineDPOConfig, train_online_dpo
+from agentprm.policy.online_dpo import train_online_dpo
+from agentprm.policy.update import PolicyUpdateConfig
 from agentprm.train.core import TrainConfig, train
 
 COMMANDS = ("look", "inventory", "help", "go to desk 1")
@@ -63,7 +65,7 @@ def run(preferred: str, states, cfg: HackingConfig, roles: tuple[str, str],
     others = [TablePRM({**prm.table, hack: 0.0}), TablePRM({**prm.table, hack: 0.4})]
     policy = tiny_policy()
     detector = HackingDetector(policy, prm, others, states[:4], cfg, seed=0)
-    dpo = OnlineDPOConfig(beta=0.1, samples_per_state=4, temperature=1.0, steps=steps, batch_size=4, lr=1e-2, seed=0)
+    dpo = PolicyUpdateConfig(beta=0.1, samples_per_state=4, temperature=1.0, steps=steps, batch_size=4, lr=1e-2)
     history, _ = train_online_dpo(policy, prm, states[4:], dpo, progress=False, on_log=detector)
     return detector, history
 
@@ -156,7 +158,7 @@ def test_loop_runs_the_detector_when_enabled(tmp_path, generated_tasks):
 
     from agentprm.agent.encoding import PromptConfig
     from agentprm.cli import main
-    from agentprm.policy.sft import save_policy
+    from agentprm.agent.checkpoint import save_policy
 
     tok = build_tokenizer()
     pi0 = save_policy(build_model("tiny", tok, seed=0), tok, tmp_path / "pi0", PromptConfig())

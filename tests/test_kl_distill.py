@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from agentprm.agent.encoding import prompt_ids
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.state import AgentState
-from agentprm.policy.kl_distill import KLDistillConfig, tilted_target, train_kl_distill
+from agentprm.policy.kl_distill import tilted_target, train_kl_distill
+from agentprm.policy.update import PolicyUpdateConfig
 
 
 def test_tilted_target_values():
@@ -51,7 +52,7 @@ def test_training_moves_pi_toward_the_critics_choice(tiny_policy, first_turns):
     before = choose_probs()
     second = state.admissible[int(before.topk(2).indices[1])]   # π_ref's runner-up
     ref_weights = {k: v.clone() for k, v in agent.backend.model.state_dict().items()}
-    cfg = KLDistillConfig(beta=0.1, candidates=4, steps=30, batch_size=1, lr=3e-3, seed=0)
+    cfg = PolicyUpdateConfig(method="kl-distill", beta=0.1, candidates=4, steps=30, batch_size=1, lr=3e-3)
     history = train_kl_distill(agent, PrefersOne(second), [state], cfg, progress=False)
     after = choose_probs()
     k = state.admissible.index(second)

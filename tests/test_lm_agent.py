@@ -10,7 +10,8 @@ from agentprm.agent.replay import episode_states
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.base import Turn
 from agentprm.errors import UserError
-from agentprm.models import build_model, build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import build_model
 from agentprm.rollout.engine import episode_jobs, run_episodes
 
 torch.set_num_threads(1)

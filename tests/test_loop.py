@@ -129,7 +129,7 @@ def test_kl_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
 
 def test_continuation_targets_give_same_state_alternatives(tmp_path, generated_tasks, tiny_policy):
     """targets.source continuation: π0's top commands at sampled rollout states, each played out by greedy π0."""
-    from agentprm.targets.mc import read_targets
+    from agentprm.data.tables import read_targets
 
     cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
                       targets={"source": "continuation", "continuation_states": 5, "continuation_candidates": 2})
@@ -150,7 +150,8 @@ def test_continuation_targets_give_same_state_alternatives(tmp_path, generated_t
 def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks, tiny_policy):
     """targets.shaping_alpha > 0: V^μ (μ = π0) is fitted once, and the iteration's targets are
     (1 − α) Q̂ + α (A^μ + 1) / 2 instead of the plain MC Q̂."""
-    from agentprm.targets.mc import read_targets, targets_from_rollouts
+    from agentprm.data.tables import read_targets
+    from agentprm.targets.mc import targets_from_rollouts
 
     cfg = mini_config(tmp_path, generated_tasks, tiny_policy, targets={"shaping_alpha": 0.5},
                       eval={"max_steps": 4, "best_of_n": []})
@@ -187,6 +188,15 @@ def test_config_errors_name_the_field(tmp_path, capsys):
     bad.write_text("targets: {shaping_alpha: 1.5}\n")
     assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
     assert "targets.shaping_alpha" in capsys.readouterr().err
+    # enumerated fields and settings the chosen algorithm would ignore: refused before any stage runs
+    for text, field in (("rollout: {mode: banana}", "rollout.mode"), ("prm: {loss: nope}", "prm.loss"),
+                        ("algo: ppo", "algo"), ("exploration: {reset_frac: 0.5}", "exploration.reset_frac"),
+                        ("{algo: grpo, targets: {shaping_alpha: 0.5}}", "targets.shaping_alpha"),
+                        ("{algo: sft, hacking: {enabled: true}}", "hacking.enabled")):
+        bad.write_text(text + "\n")
+        assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert str(bad) in err and f"field '{field}'" in err, (text, err)
     assert not (tmp_path / "r").exists()
 
 

@@ -4,7 +4,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from agentprm.errors import UserError
-from agentprm.models import PRESETS, build_model, build_tokenizer, load_causal_lm, load_tokenizer, register_preset
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer, register_preset
 
 torch.set_num_threads(1)
 
@@ -76,5 +77,8 @@ def test_register_preset_adds_a_config(tok):
 
     try:
         assert build_model("test-one-layer", tok).config.num_hidden_layers == 1
+        with pytest.raises(ValueError, match="'test-one-layer' is registered already"):
+            register_preset("test-one-layer")(lambda: {})
+        assert PRESETS["test-one-layer"] is one_layer
     finally:
         del PRESETS["test-one-layer"]

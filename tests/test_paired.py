@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agentprm.eval.paired import claimed_pairs, comparisons, paired_difference, resolved
-from agentprm.eval.summary import per_task, wilson_ci
+from agentprm.data.summary import per_task, wilson_ci
 
 
 def synthetic(seed: int, tasks: int, p_base: float, lift: float, seeds=(0, 1, 2)):

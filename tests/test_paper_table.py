@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agentprm.eval.summary import pooled_rows
+from agentprm.data.summary import pooled_rows
 
 spec = importlib.util.spec_from_file_location("paper_table", Path(__file__).parents[1] / "scripts" / "paper_table.py")
 paper_table = importlib.util.module_from_spec(spec)

@@ -12,8 +12,10 @@ from agentprm.agent.policies import BestOfNAgent
 from agentprm.agent.state import AgentState
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import load_tasks
-from agentprm.models import build_model, build_tokenizer
-from agentprm.policy.online_dpo import OnlineDPOConfig, dpo_loss, train_online_dpo
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import build_model
+from agentprm.policy.online_dpo import dpo_loss, train_online_dpo
+from agentprm.policy.update import PolicyUpdateConfig
 
 
 class Prefers:
@@ -69,7 +71,7 @@ def test_online_dpo_moves_policy_toward_prm_preference(states):
     agent = LMAgent(build_model("tiny", tok, seed=0), tok, seed=0)
     before = mass_of("inventory", agent, states)
     prm = Prefers("inventory")
-    cfg = OnlineDPOConfig(beta=0.1, samples_per_state=4, temperature=1.0, steps=20, batch_size=6, lr=3e-3, seed=0)
+    cfg = PolicyUpdateConfig(beta=0.1, samples_per_state=4, temperature=1.0, steps=20, batch_size=6, lr=3e-3)
     history, steered = train_online_dpo(agent, prm, states, cfg, progress=False)
     assert steered == 0
     after = mass_of("inventory", agent, states)
@@ -77,14 +79,34 @@ def test_online_dpo_moves_policy_toward_prm_preference(states):
     assert any(h["pair_frac"] > 0 for h in history) and all(0 <= h["pair_frac"] <= 1 for h in history)
 
 
-def test_online_dpo_reference_is_frozen_previous_policy(states):
+def test_online_dpo_reference_is_frozen_previous_policy(states, monkeypatch):
+    """The DPO reference is π_{i-1} as it was when the update started: its log-probs stay put while π_θ's move."""
+    import agentprm.policy.online_dpo as online_dpo
+    from agentprm.agent.encoding import prompt_ids, reply_ids
+    from agentprm.agent.scoring import reply_logprobs
+
     tok = build_tokenizer()
     model = build_model("tiny", tok, seed=1)
-    start = {k: v.clone() for k, v in model.state_dict().items()}
     agent = LMAgent(model, tok, seed=0)
-    train_online_dpo(agent, Prefers("inventory"), states, OnlineDPOConfig(steps=3, batch_size=3, lr=1e-2), progress=False)
-    changed = any(not torch.equal(start[k], v) for k, v in model.state_dict().items())
-    assert changed  # the policy was updated in place (the reference copy is not what trains)
+    probe = ([prompt_ids(tok, s, agent.prompt_cfg) for s in states[:4]],
+             [reply_ids(tok, r) for r in ("inventory", "look", "inventory", "look")])
+    before = reply_logprobs(model, *probe, tok.pad_token_id)
+    scored = []   # every model the DPO loss asks for log-probs
+
+    def spy(m, *args, **kwargs):
+        scored.append(m)
+        return reply_logprobs(m, *args, **kwargs)
+
+    monkeypatch.setattr(online_dpo, "reply_logprobs", spy)
+    train_online_dpo(agent, Prefers("inventory"), states, PolicyUpdateConfig(steps=3, batch_size=3, lr=1e-2),
+                     progress=False)
+    references = {id(m): m for m in scored if m is not model}
+    assert len(references) == 1            # one reference, not the live policy
+    reference = next(iter(references.values()))
+    with torch.no_grad():
+        assert torch.allclose(reply_logprobs(reference, *probe, tok.pad_token_id), before)
+        moved = reply_logprobs(model, *probe, tok.pad_token_id)
+    assert (moved - before).abs().max() > 1e-3   # the policy was updated in place
 
 
 class FixedSamples:

@@ -9,7 +9,8 @@ import torch
 from agentprm.agent.encoding import PromptConfig
 from agentprm.agent.state import AgentState
 from agentprm.data.trajectories import EpisodeRecord, StepRecord
-from agentprm.models import build_model, build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import build_model
 from agentprm.prm.pqm import PQMLoss, first_error_index, pqm_loss, pqm_trajectories
 from agentprm.prm.prime import ImplicitPRM, prime_loss, train_prime
 from agentprm.train.core import TrainConfig
@@ -84,7 +85,7 @@ def test_prime_loss_hand_computed():
 
 @pytest.fixture
 def prime(tmp_path):
-    from agentprm.policy.sft import save_policy
+    from agentprm.agent.checkpoint import save_policy
 
     tok = build_tokenizer()
     pi = save_policy(build_model("tiny", tok, seed=0), tok, tmp_path / "pi", PromptConfig())
@@ -120,8 +121,9 @@ def test_prime_mini_loop_uses_the_implicit_prm(tmp_path, generated_tasks):
 
     from agentprm.agent.encoding import PromptConfig
     from agentprm.cli import main
-    from agentprm.models import build_model, build_tokenizer
-    from agentprm.policy.sft import save_policy
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model
+    from agentprm.agent.checkpoint import save_policy
     from agentprm.prm.loading import load_prm
     from agentprm.prm.prime import ImplicitPRM
 

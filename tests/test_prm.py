@@ -13,12 +13,14 @@ from agentprm.agent.replay import episode_states
 from agentprm.cli import main
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.errors import UserError
-from agentprm.models import build_model, build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import build_model
 from agentprm.prm import (PRM_LOSSES, PrmDataConfig, ProcessRewardModel, get_prm_loss, register_prm_loss,
                           split_by_task, train_prm)
 from agentprm.prm.losses import bradley_terry, soft_bce
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
-from agentprm.targets.mc import targets_from_rollouts, write_with_info
+from agentprm.data.tables import write_with_info
+from agentprm.targets.mc import targets_from_rollouts
 from agentprm.train.core import TrainConfig
 
 torch.set_num_threads(1)
@@ -72,11 +74,33 @@ def test_loss_registry():
     assert get_prm_loss("bradley-terry").pairwise
     with pytest.raises(UserError, match="unknown PRM loss 'nope'"):
         get_prm_loss("nope")
+    assert get_prm_loss("pqm").kind == "trajectory"
     register_prm_loss("test-mse")(lambda logits, q: ((torch.sigmoid(logits) - q) ** 2).mean())
     try:
         assert get_prm_loss("test-mse").fn(torch.zeros(1), torch.ones(1)).item() == 0.25
+        with pytest.raises(ValueError, match="'test-mse' is registered already"):   # never silently replaced
+            register_prm_loss("test-mse")(soft_bce)
+        assert get_prm_loss("test-mse").fn is not soft_bce
     finally:
         del PRM_LOSSES["test-mse"]
+    with pytest.raises(ValueError, match="kind must be one of"):
+        register_prm_loss("test-odd", kind="listwise")
+
+
+def test_train_prm_with_the_pqm_loss_ranks_the_winning_step_above_the_losing_one(targets_file, tmp_path,
+                                                                                states_and_replies):
+    """`train-prm --loss pqm`: whole train-task episodes as examples. No step has Q̂ 0, so a lost episode errs at its
+    last step: "look" is wrong in 9 of its 10 episodes, "take apple 1" in 1 of 10 — PQM ranks take above look."""
+    metrics = train_prm(targets_file, "tiny", "pqm", tmp_path / "prm",
+                        TrainConfig(lr=3e-3, epochs=3, batch_size=4, seed=0))
+    assert metrics["examples"] == 3 * 20   # 3 of the 4 tasks are train tasks, 20 episodes each, all covered
+    assert metrics["history"] and all("ranked_frac" in h for h in metrics["history"])
+    prm = ProcessRewardModel.load(tmp_path / "prm")
+    states, replies = states_and_replies
+    at_drawer = states[1]
+    assert replies[1] == "take apple 1" and states[3].key() == at_drawer.key()
+    take, look = prm.score([at_drawer, at_drawer], ["take apple 1", "look"]).tolist()
+    assert take > look
 
 
 def test_metrics_by_hand():

@@ -13,7 +13,7 @@ from agentprm.agent.replay import episode_states
 from agentprm.data.trajectories import write_episodes_file
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
-from agentprm.models import build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.policy.sft import IGNORE, SFTConfig, load_demos, make_examples, renumbered, train_sft
 from agentprm.rollout.engine import episode_jobs, run_episodes
 

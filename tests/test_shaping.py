@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
-from agentprm.targets.mc import read_targets, targets_from_rollouts, write_with_info
-from agentprm.targets.shaping import (advantage, fit_value_model, model_values, shape_targets, shaped_q,
-                                      value_targets)
+from agentprm.data.tables import read_targets, write_with_info
+from agentprm.targets.mc import targets_from_rollouts
+from agentprm.prm.value import fit_value_model, model_values, value_targets
+from agentprm.targets.shaping import advantage, shape_targets, shaped_q
 from agentprm.train.core import TrainConfig
 
 START = "You are in the middle of a room. Looking quickly around you, you see a drawer 1, and a cabinet 1."

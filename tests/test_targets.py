@@ -16,8 +16,10 @@ from agentprm.agent.replay import episode_states
 from agentprm.cli import main
 from agentprm.data.trajectories import SCHEMA, SORT_KEYS, EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.errors import UserError
-from agentprm.targets.mc import drop_failed_episodes, mc_targets, read_targets, returns_to_go, state_keys
-from agentprm.targets.pairs import make_pairs, read_pairs
+from agentprm.data.tables import read_targets
+from agentprm.targets.mc import drop_failed_episodes, mc_targets, returns_to_go, state_keys
+from agentprm.data.tables import read_pairs
+from agentprm.targets.pairs import make_pairs
 
 START = "You are in the middle of a room. Looking quickly around you, you see a drawer 1, and a cabinet 1."
 

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoTokenizer
 
 from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
-from agentprm.models.tokenizer import build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
 
 torch.set_num_threads(1)
 

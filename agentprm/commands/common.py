@@ -1,7 +1,14 @@
-"""Options every command shares: --seed, --json PATH (machine-readable summary with provenance)."""
+"""Options every command shares: --seed, --json PATH (machine-readable summary with provenance); and the flags of a
+stage's config section, generated from its dataclass so that a setting, its default and its doc are declared once."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
+import re
+from functools import lru_cache
+import typing
+from typing import Any, Iterable, Mapping
 
 from agentprm.io import provenance, write_json
 
@@ -15,3 +22,50 @@ def write_summary(args: argparse.Namespace, summary: dict) -> None:
     if getattr(args, "json", None):
         config = {k: v for k, v in vars(args).items() if k not in ("func",)}
         write_json(args.json, {**summary, "provenance": provenance(config, getattr(args, "seed", None))})
+
+
+@lru_cache(maxsize=None)
+def field_docs(cls) -> dict[str, str]:
+    """Each field's `#` comment in the dataclass source, continuation comment lines joined."""
+    names, docs, current = {f.name for f in dataclasses.fields(cls)}, {}, None
+    for line in inspect.getsource(cls).splitlines():
+        m = re.match(r"\s+(\w+): [^#]*?(?:#\s*(.*))?$", line)
+        if m and m.group(1) in names:
+            current, docs[m.group(1)] = m.group(1), (m.group(2) or "").strip()
+        elif current and line.strip().startswith("#"):
+            docs[current] += " " + line.strip()[1:].strip()
+        else:
+            current = None
+    return docs
+
+
+def add_config_flags(p: argparse.ArgumentParser, cls, only: Iterable[str] | None = None, skip: Iterable[str] = (),
+                     choices: Mapping[str, Iterable[str]] | None = None) -> None:
+    """`--field-name` for each field of the config dataclass `cls` (all, or `only`, minus `skip`): its default, type
+    and doc comment come from the dataclass, the one place they are declared (the loop's YAML section is the same
+    class). Booleans get --flag / --no-flag."""
+    defaults, docs, choices, hints = cls(), field_docs(cls), choices or {}, typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if (only is not None and f.name not in only) or f.name in skip:
+            continue
+        default = getattr(defaults, f.name)
+        shown = "" if default is None else f" (default {default})"   # a None default is described by its doc
+        kwargs: dict[str, Any] = {"default": default, "dest": f.name, "help": f"{docs.get(f.name, '')}{shown}".strip()}
+        hint = hints[f.name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]   # int | None -> int, list[int] -> int
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(hint) is list:
+            kwargs.update(nargs="*", type=args[0])
+        else:
+            kwargs["type"] = args[0] if args else hint
+        if f.name in choices:
+            kwargs["choices"] = list(choices[f.name])
+        p.add_argument(f"--{f.name.replace('_', '-')}", **kwargs)
+
+
+def config_from_args(cls, args: argparse.Namespace, **fixed):
+    """The `cls` instance the flags of `add_config_flags` describe (fields without a flag keep their defaults, or
+    take `fixed`)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return cls(**{**given, **fixed})

@@ -9,7 +9,7 @@ from agentprm.commands.common import add_common, write_summary
 from agentprm.data.trajectories import write_episodes_file
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
-from agentprm.eval.summary import print_table, summarize
+from agentprm.data.summary import print_table, summarize
 from agentprm.rollout.engine import episode_jobs, run_episodes
 
 

@@ -1,19 +1,21 @@
 """`agentprm eval`: success rate of a policy (or the expert / random baseline) on tasks, with a 95% CI; with
 `--prm`, test-time search guided by the PRM: Best-of-N (sample N replies per turn, act with the best-scored) or
-beam search (keep the `--beam-width` best partial episodes by Q every turn)."""
+beam search (keep the `--beam-width` best partial episodes by Q every turn). Episodes are played as the loop's evals
+play them (the `eval` section's step budget, the `rollout` section's envs)."""
 from __future__ import annotations
 
-from agentprm.commands.common import add_common, write_summary
+from agentprm.commands.common import add_common, add_config_flags, write_summary
 from agentprm.commands.rollout import add_policy_args, make_agent, play
 from agentprm.errors import require
+from agentprm.loop.config import EvalConfig
 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="success rate of a policy on tasks (Wilson 95%% CI), overall and per task type",
                        description=__doc__)
     add_policy_args(p, baselines=True)
-    p.add_argument("--episodes-per-task", dest="per_task", type=int, default=1, metavar="K",
-                   help="episodes per task (default 1)")
+    add_config_flags(p, EvalConfig, only=("episodes_per_task", "max_steps"))
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, as the loop evaluates (default 0)")
     p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search")
     p.add_argument("--best-of", type=int, default=1, metavar="N", help="Best-of-N with --prm (default 1: off)")
     p.add_argument("--beam-width", type=int, default=0, metavar="K", help="beam search with --prm (default 0: off)")
@@ -23,13 +25,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    require(args.per_task >= 1, f"--episodes-per-task must be at least 1 (got {args.per_task})")
+    require(args.episodes_per_task >= 1, f"--episodes-per-task must be at least 1 (got {args.episodes_per_task})")
     searching = args.best_of > 1 or args.beam_width > 0
     require(not searching or args.prm, "--best-of/--beam-width need --prm DIR")
     require(not (args.best_of > 1 and args.beam_width > 0), "choose one of --best-of and --beam-width")
     require(not searching or args.temperature > 0, "--best-of/--beam-width sample replies: pass --temperature > 0")
     agent = make_agent(args)
-    from agentprm.eval.summary import print_table
+    from agentprm.data.summary import print_table
 
     if searching:
         from agentprm.prm.loading import load_prm
@@ -41,9 +43,9 @@ def run(args) -> int:
             from agentprm.agent.policies import BestOfNAgent
 
             agent = BestOfNAgent(agent, prm, args.best_of)
-            _, summary = play(args, agent, tag="eval")
+            _, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
     else:
-        _, summary = play(args, agent, tag="eval")
+        _, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
     summary["policy"] = agent.name
     print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
     write_summary(args, summary)
@@ -56,6 +58,6 @@ def _beam(args, agent, prm) -> dict:
 
     _, summary = play_beam(load_tasks(args.tasks), agent, prm, width=args.beam_width, expand=args.beam_expand,
                            max_steps=args.max_steps, seed=args.seed, workers=args.workers or 2,
-                           per_task=args.per_task)
+                           per_task=args.episodes_per_task)
     summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
     return summary

@@ -1,22 +1,19 @@
-"""`agentprm rollout`: play a policy on tasks and write the trajectories as Parquet shards."""
+"""`agentprm rollout`: play a policy on tasks and write the trajectories as Parquet shards — stage 1 of the loop, with
+the loop's `rollout` section as flags and defaults (loop/config.py `RolloutConfig`)."""
 from __future__ import annotations
 
 import argparse
 
-from agentprm.commands.common import add_common, write_summary
+from agentprm.commands.common import add_common, add_config_flags, write_summary
 from agentprm.errors import require
+from agentprm.loop.config import RolloutConfig
 
 def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None:
     """Flags that pick and decode a policy (shared by `rollout` and `eval`)."""
     what = "a policy folder, or expert|random" if baselines else "a policy folder (from `agentprm sft`)"
     p.add_argument("--policy", required=True, metavar="DIR", help=what)
     p.add_argument("--tasks", required=True, metavar="DIR", help="task folder (generated tasks.jsonl or official)")
-    p.add_argument("--mode", choices=("choose", "generate"), default="choose",
-                   help="choose: best admissible command by likelihood; generate: free text (default choose)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default 0)")
-    p.add_argument("--max-steps", type=int, default=50, help="step budget per episode (default 50)")
-    p.add_argument("--num-envs", type=int, default=8, help="episodes played at once, batched per turn (default 8)")
-    p.add_argument("--workers", type=int, default=None, help="env worker processes (default: CPU count)")
+    add_config_flags(p, RolloutConfig, only=("mode", "num_envs", "workers"), choices={"mode": ("choose", "generate")})
 
 
 def make_agent(args: argparse.Namespace):
@@ -37,11 +34,11 @@ def make_agent(args: argparse.Namespace):
     return LMAgent.load(args.policy, mode=args.mode, temperature=args.temperature, seed=args.seed)
 
 
-def play(args: argparse.Namespace, agent, tag: str, writer=None) -> tuple[list, dict]:
+def play(args: argparse.Namespace, agent, tag: str, per_task: int, writer=None) -> tuple[list, dict]:
     from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.eval.run import play_tasks
+    from agentprm.rollout.play import play_tasks
 
-    return play_tasks(agent, load_tasks(args.tasks), per_task=args.per_task, seed=args.seed,
+    return play_tasks(agent, load_tasks(args.tasks), per_task=per_task, seed=args.seed,
                       max_steps=args.max_steps, tag=tag, num_envs=args.num_envs, workers=args.workers,
                       writer=writer)
 
@@ -49,7 +46,7 @@ def play(args: argparse.Namespace, agent, tag: str, writer=None) -> tuple[list, 
 def register(sub) -> None:
     p = sub.add_parser("rollout", help="play a policy on tasks; write trajectories (Parquet shards)")
     add_policy_args(p)
-    p.add_argument("--per-task", type=int, default=1, metavar="K", help="episodes per task (default 1)")
+    add_config_flags(p, RolloutConfig, only=("per_task", "temperature", "max_steps"))
     p.add_argument("--out", required=True, metavar="DIR", help="output folder for the shards")
     add_common(p)
     p.set_defaults(func=run)
@@ -59,10 +56,10 @@ def run(args) -> int:
     require(args.per_task >= 1, f"--per-task must be at least 1 (got {args.per_task})")
     agent = make_agent(args)
     from agentprm.data.trajectories import ShardWriter
-    from agentprm.eval.summary import print_table
+    from agentprm.data.summary import print_table
 
     with ShardWriter(args.out) as writer:
-        _, summary = play(args, agent, tag="rollout", writer=writer)
+        _, summary = play(args, agent, tag="rollout", per_task=args.per_task, writer=writer)
     summary["shards"] = [str(p) for p in writer.paths]
     print_table(summary, title=f"{agent.name} on {args.tasks}")
     print(f"wrote {len(writer.paths)} shard(s) to {args.out}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from agentprm.commands.common import add_common, write_summary
-from agentprm.targets.mc import read_targets, targets_from_rollouts, write_with_info
+from agentprm.commands.common import add_common, add_config_flags, write_summary
+from agentprm.data.tables import read_targets, write_with_info
+from agentprm.targets.mc import TargetsConfig, targets_from_rollouts
 from agentprm.targets.pairs import make_pairs, pairs_info
 
 
@@ -16,7 +17,7 @@ def register(sub) -> None:
 
     p = actions.add_parser("mc", help="Monte-Carlo Q-targets: mean discounted return-to-go per (state, action)")
     p.add_argument("--rollouts", required=True, metavar="PATH", help="trajectory .parquet file or folder of shards")
-    p.add_argument("--gamma", type=float, default=1.0, metavar="G", help="discount, counted from each turn (default 1)")
+    add_config_flags(p, TargetsConfig, only=("gamma",))
     p.add_argument("--out", required=True, metavar="FILE", help="output targets .parquet file")
     add_common(p)
     p.set_defaults(func=run_mc)

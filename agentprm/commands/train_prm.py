@@ -1,12 +1,13 @@
-"""`agentprm train-prm`: fit a process reward model Q_φ(s, a) to Monte-Carlo Q-targets (AgentPRM stage 2)."""
+"""`agentprm train-prm`: fit a process reward model Q_φ(s, a) to Monte-Carlo Q-targets (AgentPRM stage 2). The
+training flags are the loop's `prm` section (prm/train.py `PrmConfig`), with its defaults: the PRM a loop trains
+is the one this command trains from the same targets and seed."""
 from __future__ import annotations
 
-from agentprm.commands.common import add_common, write_summary
-from agentprm.prm.losses import PRM_LOSSES
-from agentprm.prm.train import PrmDataConfig, train_prm
-from agentprm.train.core import TrainConfig
+import dataclasses
 
-_DEFAULTS = TrainConfig()
+from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
+from agentprm.prm.losses import PRM_LOSSES
+from agentprm.prm.train import PrmConfig, PrmDataConfig, train_prm
 
 
 def register(sub) -> None:
@@ -14,26 +15,19 @@ def register(sub) -> None:
     p.add_argument("--targets", required=True, metavar="FILE", help="targets .parquet from `agentprm targets mc`")
     p.add_argument("--init", required=True, metavar="DIR|PRESET",
                    help="policy/causal-LM folder (its backbone, tokenizer and prompt) or a preset name")
-    p.add_argument("--loss", default="soft-bce", choices=sorted(PRM_LOSSES), help="default soft-bce")
     p.add_argument("--out", required=True, metavar="DIR", help="output PRM folder (replaced atomically)")
-    p.add_argument("--rollouts", metavar="PATH", help="rollouts the targets were made from (default: as recorded)")
-    p.add_argument("--epochs", type=float, default=_DEFAULTS.epochs, help=f"default {_DEFAULTS.epochs}")
-    p.add_argument("--lr", type=float, default=_DEFAULTS.lr, help=f"peak learning rate (default {_DEFAULTS.lr})")
-    p.add_argument("--batch-size", type=int, default=_DEFAULTS.batch_size, help=f"default {_DEFAULTS.batch_size}")
+    add_config_flags(p, PrmConfig, skip=("init",), choices={"loss": sorted(PRM_LOSSES)})
+    add_config_flags(p, PrmDataConfig)
     p.add_argument("--time-budget", type=float, default=0.0, metavar="S", help="stop training after S seconds")
-    p.add_argument("--heldout-frac", type=float, default=PrmDataConfig.heldout_frac,
-                   help=f"share of tasks held out (default {PrmDataConfig.heldout_frac})")
-    p.add_argument("--delta", type=float, default=PrmDataConfig.delta,
-                   help="pairs need a Q-target gap above this (Bradley-Terry, pairwise accuracy; default 0)")
     add_common(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, time_budget_s=args.time_budget,
-                      seed=args.seed)
-    data = PrmDataConfig(heldout_frac=args.heldout_frac, delta=args.delta, rollouts=args.rollouts)
-    metrics = train_prm(args.targets, args.init, args.loss, args.out, cfg, data, progress=True)
+    prm = config_from_args(PrmConfig, args, init=args.init)
+    cfg = dataclasses.replace(prm.train_config(args.seed), time_budget_s=args.time_budget)
+    metrics = train_prm(args.targets, args.init, prm.loss, args.out, cfg, config_from_args(PrmDataConfig, args),
+                        progress=True)
     for name, m in metrics["final"].items():
         print(f"{name:8s} n={m['n']:<6d} bce={_fmt(m['bce'])} spearman={_fmt(m['spearman'])} "
               f"pairwise_acc={_fmt(m['pairwise_accuracy'])} ({m['pairs']} pairs)")

@@ -248,3 +248,18 @@ def _checked(episode: EpisodeRecord) -> EpisodeRecord:
         raise UserError(f"episode {episode.episode_id!r}: turns {turns[:10]} are not 0..{len(turns) - 1} "
                         "(rows duplicated or missing, e.g. the same shard read twice)")
     return episode
+
+
+# Branch episodes (rollout/branch.py) are named after the episode they replay and their branch turn k; Q-targets
+# count them from turn k on.
+_BRANCH_RE = re.compile(r"-branch(\d+)$")
+
+
+def branch_episode_id(episode_id: str, turn: int) -> str:
+    return f"{episode_id}-branch{turn}"
+
+
+def first_target_turn(episode_id: str) -> int:
+    """The first turn of an episode that Q-targets count: the branch turn, 0 for an ordinary episode."""
+    m = _BRANCH_RE.search(episode_id)
+    return int(m.group(1)) if m else 0

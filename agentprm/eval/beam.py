@@ -1,4 +1,4 @@
-"""PRM-guided beam search at test time (Q-guided search, algorithms.md §5), against Best-of-N.
+"""PRM-guided beam search at test time (Q-guided search, docs/algorithms.md §5), against Best-of-N.
 
 At every turn each unfinished branch draws `expand` replies from the policy; every (branch, reply) is scored by
 the PRM, and the `width` best — finished branches competing with their last score — form the next beam:
@@ -33,7 +33,7 @@ from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.envs.base import Turn
 from agentprm.envs.pool import EnvPool
-from agentprm.eval.summary import summarize
+from agentprm.data.summary import summarize
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ which tasks are easy, and it cancels in the per-task difference. So the differen
 and its 95% CI comes from a paired bootstrap: in each of `resamples` draws every seed's tasks are resampled with
 replacement (seeds are strata: each seed keeps its own task count), and Δ is recomputed on the draw; the CI is
 the 2.5 and 97.5 percentiles. Outcomes are per task, as `{seed: {task_id: (wins, episodes)}}` — the `per_task`
-field of an eval summary (eval/summary.py).
+field of an eval summary (data/summary.py).
 """
 from __future__ import annotations
 

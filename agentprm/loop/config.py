@@ -1,5 +1,10 @@
 """The loop's configuration: one dataclass per stage, loaded from YAML with every unknown or mistyped field
-reported as a one-line error naming the file and field. The resolved config is written to the run folder."""
+reported as a one-line error naming the file and field. The resolved config is written to the run folder.
+
+A stage's section is declared once, by the stage (policy/update.py `PolicyUpdateConfig`, policy/policy_gradient.py
+`PolicyGradientConfig`, policy/hacking.py `HackingConfig`, …): the library functions, the CLI flags
+(commands/common.py `add_config_flags`) and the loop all read that declaration. Sections only the loop has (tasks,
+π0, exploration) are declared here."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +15,13 @@ from typing import Any
 import yaml
 
 from agentprm.errors import UserError
+from agentprm.prm.inverse import InversePrmConfig
+from agentprm.prm.prime import PrimeConfig
+from agentprm.prm.train import PrmConfig
+from agentprm.targets.mc import TargetsConfig
+from agentprm.policy.hacking import HackingConfig
+from agentprm.policy.policy_gradient import PolicyGradientConfig
+from agentprm.policy.update import CRITICS, METHODS as POLICY_METHODS, PolicyUpdateConfig
 
 
 @dataclass
@@ -35,8 +47,8 @@ class RolloutConfig:
     per_task: int = 6               # rollouts of π_{i-1} per train task (paper: 16)
     temperature: float = 1.0        # exploration during stage-1 rollouts
     mode: str = "choose"            # "choose" among admissible commands, or free "generate"
-    max_steps: int = 30
-    num_envs: int = 16
+    max_steps: int = 30             # step budget per rollout episode
+    num_envs: int = 16              # episodes played at once, their policy calls batched per turn
     workers: int | None = None      # env worker processes (default: CPU count)
     branches: int = 0               # algo agentprm: branch episodes per rollout episode, each replaying it to a turn
                                     # where π would act otherwise and playing that other action (rollout/branch.py):
@@ -45,102 +57,17 @@ class RolloutConfig:
 
 
 @dataclass
-class TargetsConfig:
-    gamma: float = 0.9              # discount, counted from each turn to the episode end. < 1 so that, among won
-                                    # episodes (most of them), a step that wins sooner scores higher; with 1 every
-                                    # step of a won episode has Q̂ = 1 (docs/results.md: 0.9 vs 1 on two seeds)
-    shaping_alpha: float = 0.0      # process reward shaping (algo agentprm): mix Q̂ with π0's advantage A^μ by this
-                                    # weight (0 = off; paper 0.5); V^μ is fitted once to π0's iteration-1 rollouts
-    source: str = "mc"              # "mc": Monte-Carlo Q̂ of the sampling policy (the paper's); "continuation":
-                                    # Q of greedy π_{i-1} for its top commands at sampled rollout states, each played
-                                    # out once (targets/continuation.py: same-state alternatives)
-    continuation_states: int = 600  # source continuation: rollout states sampled
-    continuation_candidates: int = 4  # … and π_{i-1}'s top commands played out at each
-
-
-@dataclass
-class PrmConfig:
-    loss: str = "soft-bce"          # soft-bce | bradley-terry | any registered PRM loss
-    init: str = "policy"            # "policy" = π_{i-1}'s weights, or a preset name / model folder
-    epochs: float = 2.0
-    lr: float = 5e-4
-    batch_size: int = 16
-
-
-@dataclass
-class PolicyUpdateConfig:
-    method: str = "online-dpo"      # "online-dpo" (the paper's), or "kl-distill": π ∝ π_{i-1}·exp(Q_i/β) over the
-                                    # admissible set, distilled (choose mode; policy/kl_distill.py)
-    beta: float = 0.03              # KL weight to π_{i-1} (paper 0.03); the same β in both methods
-    candidates: int = 4             # kl-distill: commands re-weighted per state, top by π_{i-1} (0 = all admissible)
-    samples_per_state: int = 2      # replies drawn per state, best vs worst by Q_i (paper: 2)
-    temperature: float = 0.7        # for those replies (paper: 0.7)
-    min_margin: float = 0.0         # a state's pair needs Q_i(best) − Q_i(worst) > this (filters noisy preferences)
-    distinct: bool = False          # choose mode: a state's samples are different commands, so each state gives a pair
-    critic: str = "prm"             # what ranks the samples: "prm" (Q_i) or "oracle" (rollout/oracle.py: Q^π_{i-1}
-                                    # measured by greedy continuations in the simulator: a bound, not a method)
-    steps: int = 60
-    batch_size: int = 8
-    lr: float = 1e-4
-
-
-@dataclass
 class EvalConfig:
-    episodes_per_task: int = 1
-    max_steps: int = 30
+    episodes_per_task: int = 1      # eval episodes per eval task
+    max_steps: int = 30             # step budget per eval episode
     best_of_n: list[int] = field(default_factory=lambda: [4])   # Best-of-N with Q_i after each iteration
     bon_temperature: float = 0.7
-
-
-@dataclass
-class InversePrmConfig:
-    gamma: float = 1.0              # Δ = f(s,a) − γ f(s′,a′) (the paper's code: 1)
-    epochs: float = 2.0
-    lr: float = 5e-4
-    batch_size: int = 16
-    demos: str | None = None        # expert trajectories; None = the run's demos.parquet (π0's SFT data when
-                                    # policy0.retrain, else the expert played once per train task)
 
 
 @dataclass
 class ExplorationConfig:
     reset_frac: float = 0.0         # share of stage-1 rollouts started on an expert trajectory (Reset-50-50: 0.5)
     steer_frac: float = 0.0         # share of stage-3 generations with the steered prompt (the paper's code: 0.5)
-
-
-@dataclass
-class PolicyGradientConfig:
-    """algo: grpo | spro. Groups are the `rollout.per_task` episodes of π_{i-1} on each train task."""
-    spro_beta: float = 0.05         # SPRO process-reward β (the paper leaves it unreported); grpo always uses 0
-    clip: float = 0.2               # PPO clip range
-    entropy_coef: float = 0.001     # entropy bonus (SPRO: 0.001)
-    steps: int = 20
-    batch_groups: int = 2           # tasks (groups) per optimiser step
-    lr: float = 1e-4
-
-
-@dataclass
-class HackingDetectorConfig:
-    """Reward-hacking detector during the online-DPO update (agentprm/policy/hacking.py, docs/reward-hacking.md)."""
-    enabled: bool = False
-    ensemble_size: int = 3          # PRMs whose disagreement is measured: Q_i and ensemble_size − 1 more, fitted to
-                                    # the same targets with other seeds (so other task splits)
-    monitor_states: int = 16        # rollout states held out of the update and scored at every check
-    probe_episodes: int = 0         # greedy episodes of π_θ per check, one per train task, for the probe Spearman
-    check_every: int = 10           # policy steps between checks
-    prm_rise: float = 0.05          # alarm when mean Q_i of greedy replies rises more than this since step 0 …
-    std_rise: float = 0.02          # … and the ensemble std rises more than this
-    min_spearman: float = 0.0       # alarm when the probe Spearman(Q_i, return) falls below this
-    max_kl: float = 0.0             # alarm when the KL proxy to π_{i-1} exceeds this (0 = off)
-    stop_on_alarm: bool = False     # end the update at the first alarm (π_i = the policy at that check)
-
-
-@dataclass
-class PrimeConfig:
-    beta: float = 0.05              # implicit reward scale β in r = β log(π_φ/π_ref)
-    epochs: float = 2.0
-    lr: float = 1e-4
-    batch_size: int = 4             # episodes per step (the loss is per episode)
 
 
 @dataclass
@@ -159,7 +86,7 @@ class LoopConfig:
     inverse_prm: InversePrmConfig = field(default_factory=InversePrmConfig)
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
     prime: PrimeConfig = field(default_factory=PrimeConfig)
-    hacking: HackingDetectorConfig = field(default_factory=HackingDetectorConfig)
+    hacking: HackingConfig = field(default_factory=HackingConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -202,13 +129,38 @@ def _checked(value: Any, default: Any, path: str, source: str) -> Any:
 FRACTIONS = ("targets.shaping_alpha", "exploration.reset_frac", "exploration.steer_frac")
 
 
-CRITICS = ("prm", "oracle")
 TARGET_SOURCES = ("mc", "continuation")
-POLICY_METHODS = ("online-dpo", "kl-distill")
+ROLLOUT_MODES = ("choose", "generate")
+# Optional stages, with the algorithms that run them: a non-default value under another algorithm would be ignored,
+# so it is refused at load time instead.
+POLICY_UPDATE_ALGOS = ("agentprm", "inverse-prm", "prime")   # stage 3 through Loop.update_policy
+APPLIES_TO = {
+    "exploration.reset_frac": ("inverse-prm",),
+    "targets.shaping_alpha": ("agentprm",),
+    "exploration.steer_frac": POLICY_UPDATE_ALGOS,
+    "hacking.enabled": POLICY_UPDATE_ALGOS,
+}
 
 
 def from_dict(data: dict, source: str = "config") -> LoopConfig:
+    from agentprm.loop.algos import ALGORITHMS, get_algorithm
+    from agentprm.prm.losses import PRM_LOSSES
+
     cfg = _build(LoopConfig, data or {}, "", source)
+    try:
+        get_algorithm(cfg.algo)
+    except UserError:
+        raise UserError(f"{source}: field 'algo' must be one of {', '.join(sorted(ALGORITHMS))}, "
+                        f"got {cfg.algo!r}") from None
+    for path, value, known in (("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES),
+                               ("prm.loss", cfg.prm.loss, tuple(PRM_LOSSES))):
+        if value not in known:
+            raise UserError(f"{source}: field '{path}' must be one of {', '.join(known)}, got {value!r}")
+    for path, algos in APPLIES_TO.items():
+        section, name = path.split(".")
+        if getattr(getattr(cfg, section), name) and cfg.algo in ALGORITHMS and cfg.algo not in algos:
+            raise UserError(f"{source}: field '{path}' applies to algo {' / '.join(algos)}; algo {cfg.algo} would "
+                            "ignore it (remove it)")
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
     for path, value, least in (("rollout.branches", cfg.rollout.branches, 0),

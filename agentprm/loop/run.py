@@ -85,7 +85,7 @@ class Loop:
         InversePRM's positives."""
         from agentprm.agent.policies import ExpertAgent
         from agentprm.data.trajectories import write_episodes_file
-        from agentprm.eval.run import play_tasks
+        from agentprm.rollout.play import play_tasks
 
         def build(out: Path) -> None:
             episodes, _ = play_tasks(ExpertAgent(), train_tasks, per_task=1, seed=self.cfg.seed, max_steps=200,
@@ -102,7 +102,7 @@ class Loop:
                                                           time_budget_s=c.sft_time_budget_s), progress=self.progress)
 
     def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1) -> dict:
-        from agentprm.eval.run import play_tasks
+        from agentprm.rollout.play import play_tasks
 
         c = self.cfg.eval
 
@@ -120,23 +120,28 @@ class Loop:
                           **({"per_task": summary["per_task"]} if "per_task" in summary else {})})
         return summary
 
-    def rollouts(self, i: int, prev: Path, train_tasks) -> Path:
-        """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task, then `rollout.branches` branch episodes
-        per episode (rollout/branch.py), as Parquet shards."""
+    def rollouts(self, i: int, prev: Path, train_tasks, demos=None) -> Path:
+        """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task — with `demos` (expert episodes), an
+        `exploration.reset_frac` share of them starting on a demo (Reset-50-50, rollout/reset.py) — then
+        `rollout.branches` branch episodes per episode (rollout/branch.py), as Parquet shards."""
         from agentprm.agent.lm import LMAgent
         from agentprm.data.trajectories import ShardWriter
-        from agentprm.eval.run import play_tasks
         from agentprm.rollout.branch import branch_jobs
-        from agentprm.rollout.engine import run_episodes
+        from agentprm.rollout.engine import episode_jobs, run_episodes
+        from agentprm.rollout.reset import expert_actions, reset_jobs
 
-        c, seed = self.cfg.rollout, self.cfg.seed + i
+        c, seed, reset = self.cfg.rollout, self.cfg.seed + i, self.cfg.exploration.reset_frac
 
         def build(out: Path) -> None:
             agent = LMAgent.load(prev, mode=c.mode, temperature=c.temperature, seed=seed, name=f"pi{i - 1}")
+            tag = f"rollout-{i}"
+            if demos is not None and reset > 0:
+                jobs = reset_jobs(train_tasks, expert_actions(demos), c.per_task, seed, c.max_steps, tag, reset)
+            else:
+                jobs = episode_jobs(train_tasks, c.per_task, seed, c.max_steps, tag)
             with ShardWriter(out) as writer:
-                episodes, _ = play_tasks(agent, train_tasks, per_task=c.per_task, seed=seed, max_steps=c.max_steps,
-                                         tag=f"rollout-{i}", num_envs=c.num_envs, workers=c.workers, writer=writer,
-                                         progress=self.progress)
+                episodes = run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
+                                        description=tag, progress=self.progress)
                 if c.branches:
                     jobs = branch_jobs(episodes, train_tasks, agent, c.branches, c.branch_probe, seed, c.max_steps)
                     run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
@@ -147,16 +152,14 @@ class Loop:
     def value_model(self, train_tasks) -> Path:
         """V^μ for reward shaping, μ = π0: fitted to π0's MC returns from its iteration-1 rollouts, initialised
         from π0 (the PRM's own settings)."""
-        from agentprm.targets.shaping import fit_value_model, value_targets
-        from agentprm.train.core import TrainConfig
+        from agentprm.prm.value import fit_value_model, value_targets
 
         c, policy0 = self.cfg, self.policy0(train_tasks)
         rollouts = self.rollouts(1, policy0, train_tasks)
 
         def build(out: Path) -> None:
             states, values = value_targets(rollouts, c.targets.gamma)
-            cfg = TrainConfig(lr=c.prm.lr, epochs=c.prm.epochs, batch_size=c.prm.batch_size, seed=c.seed)
-            fit_value_model(states, values, policy0, cfg, progress=self.progress).save(out)
+            fit_value_model(states, values, policy0, c.prm.train_config(c.seed), progress=self.progress).save(out)
 
         return self.stages.run("shaping/value", "shaping/value", build)
 
@@ -183,7 +186,7 @@ class Loop:
         admissible set distilled into π (policy/kl_distill.py); saves π_i."""
         from agentprm.agent.lm import LMAgent
         from agentprm.policy.online_dpo import rollout_states
-        from agentprm.policy.sft import save_policy
+        from agentprm.agent.checkpoint import save_policy
         from agentprm.policy.update import run_update
         from agentprm.prm.loading import load_prm
         from agentprm.rollout.oracle import OracleCritic
@@ -213,10 +216,9 @@ class Loop:
         fitted like Q_i to Q_i's targets with other seeds, which also changes their held-out task split."""
         import random
 
-        from agentprm.policy.hacking import HackingConfig, HackingDetector, episode_probe, hold_out
+        from agentprm.policy.hacking import HackingDetector, episode_probe, hold_out
         from agentprm.prm.model import ProcessRewardModel
         from agentprm.prm.train import train_prm
-        from agentprm.train.core import TrainConfig
 
         h, seed = self.cfg.hacking, self.cfg.seed + i
         if len(states) < 2:
@@ -231,7 +233,7 @@ class Loop:
         init = prev if p.init == "policy" else p.init
         ensemble = []
         for k in range(1, h.ensemble_size):
-            member_cfg = TrainConfig(lr=p.lr, epochs=p.epochs, batch_size=p.batch_size, seed=seed + 1000 * k)
+            member_cfg = p.train_config(seed + 1000 * k)
             member = self.stages.run(f"iter_{i}/prm_ensemble_{k}", f"iter_{i}/prm_ensemble/{k}",
                                      lambda o, m=member_cfg: train_prm(targets, init, p.loss, o, m,
                                                                        progress=self.progress))
@@ -243,10 +245,8 @@ class Loop:
             probe = episode_probe(tasks, per_task=1, seed=seed + 2000, max_steps=self.cfg.rollout.max_steps,
                                   gamma=self.cfg.targets.gamma, num_envs=self.cfg.rollout.num_envs,
                                   workers=self.cfg.rollout.workers)
-        det_cfg = HackingConfig(check_every=h.check_every, temperature=self.cfg.policy.temperature,
-                                prm_rise=h.prm_rise, std_rise=h.std_rise, min_spearman=h.min_spearman,
-                                max_kl=h.max_kl, stop_on_alarm=h.stop_on_alarm)
-        return HackingDetector(policy, prm, ensemble, monitor, det_cfg, probe, seed=seed), train_states
+        return HackingDetector(policy, prm, ensemble, monitor, h, probe, seed=seed,
+                               temperature=self.cfg.policy.temperature), train_states
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:

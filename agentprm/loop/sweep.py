@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from agentprm.errors import UserError
-from agentprm.eval.summary import pooled_rows
+from agentprm.data.summary import pooled_rows
 from agentprm.loop.config import LoopConfig, from_dict
 from agentprm.loop.run import Loop
 

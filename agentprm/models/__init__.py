@@ -1,5 +1,5 @@
-"""Models: the env word-level tokenizer, small Llama presets, and loaders for any local Hugging Face causal LM."""
+"""Models: small Llama presets and loaders for any local Hugging Face causal LM (the env's word-level tokenizer
+for models trained from scratch is `agentprm.agent.tokenizer`)."""
 from agentprm.models.presets import PRESETS, build_model, load_causal_lm, load_tokenizer, register_preset
-from agentprm.models.tokenizer import build_tokenizer
 
-__all__ = ["PRESETS", "build_model", "build_tokenizer", "load_causal_lm", "load_tokenizer", "register_preset"]
+__all__ = ["PRESETS", "build_model", "load_causal_lm", "load_tokenizer", "register_preset"]

@@ -28,6 +28,8 @@ def register_preset(name: str):
     """Register a function returning LlamaConfig keyword arguments (vocabulary and special ids come from the
     tokenizer at build time)."""
     def add(fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+        if name in PRESETS:
+            raise ValueError(f"model preset {name!r} is registered already")
         PRESETS[name] = fn
         return fn
     return add

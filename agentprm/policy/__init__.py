@@ -1,4 +1,5 @@
 """Policies: supervised fine-tuning of π0 on demonstrations; the trained folders load with `LMAgent.load`."""
-from agentprm.policy.sft import SFTConfig, save_policy, train_sft
+from agentprm.agent.checkpoint import save_policy
+from agentprm.policy.sft import SFTConfig, train_sft
 
 __all__ = ["SFTConfig", "save_policy", "train_sft"]

@@ -1,4 +1,4 @@
-"""Advantages for group policy gradients (algorithms.md §4): outcome-only GRPO and SPRO's cumulative process
+"""Advantages for group policy gradients (docs/algorithms.md §4): outcome-only GRPO and SPRO's cumulative process
 reward with the Masked Step Advantage. Pure functions on small tensors; a group is the G episodes of one task.
 
 Steps are laid out as a (G, T) tensor with a (G, T) 0/1 mask, since episodes of one task end at different turns

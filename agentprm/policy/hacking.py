@@ -1,4 +1,4 @@
-"""Reward-hacking detector for stage 3 (online DPO against Q_i; algorithms.md §1, the paper's Fig. 3).
+"""Reward-hacking detector for stage 3 (online DPO against Q_i; docs/algorithms.md §1, the paper's Fig. 3).
 
 With few rollouts the policy can keep climbing Q_i while its true success falls. `HackingDetector` is the
 training core's `on_log` callback: before the update and then every `check_every` policy steps it measures, on a
@@ -33,20 +33,25 @@ from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.agent.state import AgentState
-from agentprm.eval.run import play_tasks
+from agentprm.rollout.play import play_tasks
 from agentprm.prm.metrics import spearman
 
 
 @dataclass
 class HackingConfig:
+    """The loop's `hacking` section: the detector during the online-DPO update (docs/reward-hacking.md)."""
+    enabled: bool = False
+    ensemble_size: int = 3         # PRMs whose disagreement is measured: Q_i and ensemble_size − 1 more, fitted to
+                                   # the same targets with other seeds (so other task splits)
+    monitor_states: int = 16       # rollout states held out of the update and scored at every check
+    probe_episodes: int = 0        # greedy episodes of π_θ per check, one per train task, for the probe Spearman
     check_every: int = 10          # policy steps between checks (a check runs at the first logged step past it)
-    samples_per_state: int = 2     # replies sampled per monitor state for ens_std and kl
-    temperature: float = 1.0       # their sampling temperature (use the update's)
+    samples_per_state: int = 2     # replies sampled per monitor state for ens_std and kl (at the update's temperature)
     prm_rise: float = 0.05         # alarm: mean Q_i of greedy replies rose more than this since the baseline …
     std_rise: float = 0.02         # … while the ensemble's mean std rose more than this
     min_spearman: float = 0.0      # alarm: probe Spearman(Q_i, return) below this (checks with a probe only)
     max_kl: float = 0.0            # alarm: KL proxy above this (0 = off)
-    stop_on_alarm: bool = False    # stop the policy update at the first alarm
+    stop_on_alarm: bool = False    # stop the policy update at the first alarm (π_i = the policy at that check)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,11 +113,11 @@ def logged(check: dict) -> dict:
 
 class HackingDetector:
     """`on_log(step, row)` for `train_online_dpo`. `ensemble`: the other PRMs (Q_i itself is `prm`); `states`:
-    the monitor states. Takes its own frozen copy of the policy's model now, as π_{i-1}, and runs the baseline
-    check (step 0)."""
+    the monitor states; `temperature`: the update's sampling temperature. Takes its own frozen copy of the policy's
+    model now, as π_{i-1}, and runs the baseline check (step 0)."""
 
     def __init__(self, policy: LMAgent, prm, ensemble: Sequence, states: Sequence[AgentState],
-                 cfg: HackingConfig, probe: Probe | None = None, seed: int = 0):
+                 cfg: HackingConfig, probe: Probe | None = None, seed: int = 0, temperature: float = 1.0):
         if not states:
             raise ValueError("the hacking detector needs at least one monitor state")
         model = policy.backend.model
@@ -120,6 +125,7 @@ class HackingDetector:
         self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.greedy = LMAgent(model, policy.tokenizer, policy.prompt_cfg, mode=policy.mode, name=policy.name)
         self.prms, self.states, self.cfg, self.probe, self.seed = [prm, *ensemble], list(states), cfg, probe, seed
+        self.temperature = temperature
         self.checks: list[dict] = []
         self.alarm_step: int | None = None
         self.check(0)
@@ -152,7 +158,7 @@ class HackingDetector:
         greedy = [r[0] for r in self.greedy.sample(self.states, [None] * n, 1)]
         # the same sampling seed at every check, so the samples change only where the policy did
         sampler = LMAgent(self.model, self.tokenizer, self.prompt_cfg, mode=self.greedy.mode,
-                          temperature=self.cfg.temperature, seed=self.seed)
+                          temperature=self.temperature, seed=self.seed)
         sampled = [(s, r) for s, rs in zip(self.states, sampler.sample(self.states, [None] * n, k)) for r in rs]
         states, replies = self.states + [s for s, _ in sampled], greedy + [r for _, r in sampled]
         q = torch.stack([torch.as_tensor(p.score(states, replies)).float() for p in self.prms])  # (PRMs, replies)
@@ -186,5 +192,5 @@ class HackingDetector:
 
     def summary(self) -> dict:
         """What goes into the policy's agentprm.json."""
-        return {"config": self.cfg.to_dict(), "ensemble_size": len(self.prms), "monitor_states": len(self.states),
+        return {"config": self.cfg.to_dict(), "temperature": self.temperature, "ensemble_size": len(self.prms), "monitor_states": len(self.states),
                 "checks": self.checks, "alarm_step": self.alarm_step}

@@ -19,8 +19,7 @@ and π_θ is fitted to π* by the cross-entropy −Σ_a π*(a|s) log π_θ(a|s) 
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,25 +28,10 @@ from agentprm.agent.encoding import prompt_ids, reply_ids
 from agentprm.agent.format import format_reply
 from agentprm.agent.scoring import _pack, _score_rows, score_candidates
 from agentprm.errors import UserError
-from agentprm.train.core import TrainConfig, train
+from agentprm.train.core import train
 
-
-@dataclass
-class KLDistillConfig:
-    beta: float = 0.1              # KL weight: the target tilts π_ref by exp(Q/β); Q ∈ [0, 1]
-    candidates: int = 4            # commands re-weighted per state (top by π_ref); 0 = every admissible command
-    steps: int = 60
-    batch_size: int = 8
-    lr: float = 1e-4
-    seed: int = 0
-
-    def train_config(self, n_states: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.steps * self.batch_size / max(1, n_states),
-                           batch_size=self.batch_size, warmup_frac=0.0, seed=self.seed,
-                           log_every=max(1, self.steps // 20))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+if TYPE_CHECKING:
+    from agentprm.policy.update import PolicyUpdateConfig
 
 
 def tilted_target(ref_logp: torch.Tensor, q: torch.Tensor, chosen: torch.Tensor, beta: float) -> torch.Tensor:
@@ -63,7 +47,7 @@ def tilted_target(ref_logp: torch.Tensor, q: torch.Tensor, chosen: torch.Tensor,
 class KLDistillLoss:
     """`loss_fn(model, states)` for the training core."""
 
-    def __init__(self, tokenizer, prompt_cfg, reference, critic, cfg: KLDistillConfig):
+    def __init__(self, tokenizer, prompt_cfg, reference, critic, cfg: PolicyUpdateConfig):
         self.tok, self.prompt_cfg, self.reference, self.critic, self.cfg = tokenizer, prompt_cfg, reference, critic, cfg
         self._ids: dict[str, list[int]] = {}
 
@@ -94,7 +78,8 @@ class KLDistillLoss:
                       "argmax_fit": fit}
 
 
-def train_kl_distill(policy, critic, states: Sequence, cfg: KLDistillConfig, progress: bool = True) -> list[dict]:
+def train_kl_distill(policy, critic, states: Sequence, cfg: PolicyUpdateConfig, seed: int = 0,
+                     progress: bool = True) -> list[dict]:
     """Update `policy.backend.model` (an `LMAgent` in choose mode) in place; the reference is a frozen copy taken
     now (π_{i-1}). Returns the logged metrics."""
     if policy.mode != "choose":
@@ -105,5 +90,5 @@ def train_kl_distill(policy, critic, states: Sequence, cfg: KLDistillConfig, pro
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     loss = KLDistillLoss(policy.tokenizer, policy.prompt_cfg, reference, critic, cfg)
     states = [s for s in states if len(s.admissible) > 1]   # nothing to re-weight at a forced move
-    return train(model, list(states), loss, cfg.train_config(len(states)), description="kl-distill",
+    return train(model, list(states), loss, cfg.train_config(len(states), seed), description="kl-distill",
                  progress=progress)

@@ -1,4 +1,4 @@
-"""Stage 3 — policy update by online DPO against the PRM (AgentPRM §3.1, algorithms.md §1).
+"""Stage 3 — policy update by online DPO against the PRM (AgentPRM §3.1, docs/algorithms.md §1).
 
 For a batch of states s drawn from π_{i-1}'s rollouts, draw `samples_per_state` replies from the *current*
 policy π_θ, score them with Q_i, and take the best-scored reply as y_w and the worst as y_l:
@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import copy
 import random
-from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -23,30 +22,10 @@ from agentprm.agent.encoding import prompt_ids, reply_ids
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.errors import UserError
-from agentprm.train.core import TrainConfig, train
+from agentprm.train.core import train
 
-
-@dataclass
-class OnlineDPOConfig:
-    beta: float = 0.03             # KL weight to the reference π_{i-1} (paper: 0.03)
-    samples_per_state: int = 2     # replies drawn per state; best vs worst by PRM score (paper: 2)
-    temperature: float = 0.7       # sampling temperature for those replies (paper: 0.7)
-    min_margin: float = 0.0        # a pair needs Q(y_w) − Q(y_l) > min_margin
-    distinct: bool = False         # choose mode: the samples of a state are different commands (LMAgent distinct),
-                                   # so every state with two admissible commands gives a pair
-    steps: int = 100               # optimiser steps (each on `batch_size` fresh states)
-    batch_size: int = 8
-    lr: float = 1e-4
-    time_budget_s: float = 0.0
-    seed: int = 0
-
-    def train_config(self, n_states: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.steps * self.batch_size / max(1, n_states),
-                           batch_size=self.batch_size, warmup_frac=0.0, time_budget_s=self.time_budget_s,
-                           seed=self.seed, log_every=max(1, self.steps // 20))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+if TYPE_CHECKING:
+    from agentprm.policy.update import PolicyUpdateConfig
 
 
 def dpo_loss(pi_w: torch.Tensor, pi_l: torch.Tensor, ref_w: torch.Tensor, ref_l: torch.Tensor,
@@ -58,7 +37,7 @@ def dpo_loss(pi_w: torch.Tensor, pi_l: torch.Tensor, ref_w: torch.Tensor, ref_l:
 class OnlineDPOLoss:
     """`loss_fn(model, states)` for the training core: sample, rank by the PRM, DPO against the frozen reference."""
 
-    def __init__(self, policy: LMAgent, reference, prm, cfg: OnlineDPOConfig):
+    def __init__(self, policy: LMAgent, reference, prm, cfg: PolicyUpdateConfig):
         self.policy, self.reference, self.prm, self.cfg = policy, reference, prm, cfg
 
     def __call__(self, model, states: Sequence) -> tuple[torch.Tensor, dict]:
@@ -107,18 +86,18 @@ class SteeredSampler:
         return self.agent.sample(states, turns, n, steered=steer)
 
 
-def train_online_dpo(policy: LMAgent, prm, states: Sequence, cfg: OnlineDPOConfig, progress: bool = True,
-                     on_log=None, steer_frac: float = 0.0) -> tuple[list[dict], int]:
+def train_online_dpo(policy: LMAgent, prm, states: Sequence, cfg: PolicyUpdateConfig, seed: int = 0,
+                     progress: bool = True, on_log=None, steer_frac: float = 0.0) -> tuple[list[dict], int]:
     """Update `policy`'s model in place; the reference is a frozen copy of it taken now (π_{i-1}). Returns the
     logged metrics and how many sampled states got the steered prompt (`steer_frac` of them, in expectation)."""
     model = policy.backend.model
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     sampler = SteeredSampler(LMAgent(model, policy.tokenizer, policy.prompt_cfg, mode=policy.mode,
-                                     temperature=cfg.temperature, seed=cfg.seed, name=policy.name,
+                                     temperature=cfg.temperature, seed=seed, name=policy.name,
                                      distinct=cfg.distinct),
-                             steer_frac, cfg.seed)
+                             steer_frac, seed)
     loss = OnlineDPOLoss(sampler, reference, prm, cfg)
-    history = train(model, list(states), loss, cfg.train_config(len(states)), description="online-dpo",
+    history = train(model, list(states), loss, cfg.train_config(len(states), seed), description="online-dpo",
                     progress=progress, on_log=on_log)
     return history, sampler.steered
 

@@ -1,4 +1,4 @@
-"""Group policy gradient over stored episodes: GRPO (outcome-only) and SPRO (algorithms.md §4).
+"""Group policy gradient over stored episodes: GRPO (outcome-only) and SPRO (docs/algorithms.md §4).
 
 The G episodes π_{i-1} played on one task form a group. Each turn's (state, reply) is one action; its advantage
 comes from `advantages.spro_advantages` (per-turn granularity): the group-normalised outcome plus, for β > 0, the
@@ -24,8 +24,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
-from agentprm.agent.replay import episode_states
+from agentprm.agent.encoding import PromptConfig
+from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, encode_episode
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.policy.advantages import pad_steps, spro_advantages
@@ -34,41 +34,26 @@ from agentprm.train.core import TrainConfig, train
 
 @dataclass
 class PolicyGradientConfig:
-    process_beta: float = 0.0      # SPRO's β on the cumulative process reward; 0 = GRPO (outcome only)
+    """The loop's `policy_gradient` section (algo grpo | spro). Groups are the `rollout.per_task` episodes of
+    π_{i-1} on each train task."""
+    spro_beta: float = 0.05        # SPRO's β on the cumulative process reward (its paper leaves it unreported);
+                                   # algo grpo always uses 0 (outcome only)
     clip: float = 0.2              # PPO clip range ε
-    entropy_coef: float = 0.0      # c_H (SPRO: 0.001)
+    entropy_coef: float = 0.001    # c_H (SPRO: 0.001)
     steps: int = 20                # optimiser steps
     batch_groups: int = 2          # groups (tasks) per step
     lr: float = 1e-4
-    time_budget_s: float = 0.0
-    seed: int = 0
 
-    def train_config(self, n_groups: int) -> TrainConfig:
+    def train_config(self, n_groups: int, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.steps * self.batch_groups / max(1, n_groups),
-                           batch_size=self.batch_groups, warmup_frac=0.0, time_budget_s=self.time_budget_s,
-                           seed=self.seed, log_every=max(1, self.steps // 20))
+                           batch_size=self.batch_groups, warmup_frac=0.0, seed=seed,
+                           log_every=max(1, self.steps // 20))
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-@dataclass
-class EncodedEpisode:
-    prompts: list[list[int]]       # one per turn
-    replies: list[list[int]]
-    outcome: float                 # 1.0 won, else 0.0
-    ref_logps: torch.Tensor        # log π_ref(reply|s) per turn (also π_old: the episodes came from π_{i-1})
-
-
 Group = list[EncodedEpisode]
-
-
-def encode_episode(episode: EpisodeRecord, tokenizer, prompt_cfg: PromptConfig) -> EncodedEpisode:
-    """Turn by turn, with the one encoding; `ref_logps` stays empty until `add_reference_logprobs`."""
-    pairs = list(episode_states(episode))
-    return EncodedEpisode(prompts=[prompt_ids(tokenizer, s, prompt_cfg) for s, _ in pairs],
-                          replies=[reply_ids(tokenizer, r) for _, r in pairs], outcome=float(episode.won),
-                          ref_logps=torch.empty(0))
 
 
 def encode_groups(episodes: Iterable[EpisodeRecord], tokenizer, prompt_cfg: PromptConfig) -> list[Group]:
@@ -80,17 +65,11 @@ def encode_groups(episodes: Iterable[EpisodeRecord], tokenizer, prompt_cfg: Prom
     return [group for _, group in sorted(by_task.items()) if len(group) >= 2]
 
 
-@torch.no_grad()
-def add_reference_logprobs(episodes: Iterable[EncodedEpisode], reference, pad_id: int) -> None:
-    for ep in episodes:
-        ep.ref_logps = reply_logprobs(reference, ep.prompts, ep.replies, pad_id).cpu()
-
-
 class PolicyGradientLoss:
     """`loss_fn(model, groups)` for the training core: the clipped surrogate with per-turn GRPO/SPRO advantages."""
 
-    def __init__(self, cfg: PolicyGradientConfig, pad_id: int):
-        self.cfg, self.pad_id = cfg, pad_id
+    def __init__(self, cfg: PolicyGradientConfig, pad_id: int, process_beta: float = 0.0):
+        self.cfg, self.pad_id, self.process_beta = cfg, pad_id, process_beta
 
     def __call__(self, model, groups: Sequence[Group]) -> tuple[torch.Tensor, dict]:
         episodes = [ep for g in groups for ep in g]
@@ -103,7 +82,7 @@ class PolicyGradientLoss:
             k += len(group)
             log_ratio, mask = pad_steps([(lp.detach() - r).tolist() for lp, r in zip(logp, ref)])
             outcomes = torch.tensor([ep.outcome for ep in group])
-            adv = spro_advantages(outcomes, log_ratio, mask, self.cfg.process_beta)
+            adv = spro_advantages(outcomes, log_ratio, mask, self.process_beta)
             for i, (lp, r) in enumerate(zip(logp, ref)):
                 a = adv[i, :len(lp)]
                 ratio = torch.exp(lp - r)
@@ -119,12 +98,15 @@ class PolicyGradientLoss:
 
 
 def train_policy_gradient(model, tokenizer, prompt_cfg: PromptConfig, episodes: Iterable[EpisodeRecord],
-                          cfg: PolicyGradientConfig, progress: bool = True, on_log=None) -> list[dict]:
-    """Update `model` (π_{i-1} on entry) in place on π_{i-1}'s episodes. π_ref = π_old enter only through their
-    log-probs of the stored replies, computed here before the first step, so no frozen copy is kept."""
+                          cfg: PolicyGradientConfig, process_beta: float = 0.0, seed: int = 0, progress: bool = True,
+                          on_log=None) -> list[dict]:
+    """Update `model` (π_{i-1} on entry) in place on π_{i-1}'s episodes; `process_beta` = SPRO's β (0: GRPO).
+    π_ref = π_old enter only through their log-probs of the stored replies, computed here before the first step, so
+    no frozen copy is kept."""
     groups = encode_groups(episodes, tokenizer, prompt_cfg)
     if not groups:
         return []
     add_reference_logprobs([ep for g in groups for ep in g], model.eval(), tokenizer.pad_token_id)
-    return train(model, groups, PolicyGradientLoss(cfg, tokenizer.pad_token_id), cfg.train_config(len(groups)),
-                 description="spro" if cfg.process_beta else "grpo", progress=progress, on_log=on_log)
+    return train(model, groups, PolicyGradientLoss(cfg, tokenizer.pad_token_id, process_beta),
+                 cfg.train_config(len(groups), seed), description="spro" if process_beta else "grpo",
+                 progress=progress, on_log=on_log)

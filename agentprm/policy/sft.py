@@ -19,14 +19,15 @@ from typing import Sequence
 
 import torch
 
+from agentprm.agent.checkpoint import save_policy
 from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
 from agentprm.agent.replay import episode_states
 from agentprm.agent.scoring import right_pad
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, iter_episodes, read_trajectories
 from agentprm.errors import UserError
-from agentprm.io import atomic_dir
-from agentprm.models import PRESETS, build_model, build_tokenizer, load_causal_lm, load_tokenizer
-from agentprm.models.tokenizer import MAX_INSTANCE_NUMBER
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer
+from agentprm.agent.tokenizer import MAX_INSTANCE_NUMBER
 from agentprm.train.core import TrainConfig, num_steps, train
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)
@@ -143,12 +144,3 @@ def _checkpointer(model, tokenizer, out_dir: Path, cfg: SFTConfig):
             folder = out_dir.parent / f"{out_dir.name}-checkpoints" / f"step-{step:06d}"
             save_policy(model, tokenizer, folder, cfg.prompt, sft={"step": step, "seconds": row["seconds"]})
     return on_log
-
-
-def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, **extra) -> Path:
-    """Write model + tokenizer + agentprm.json (`extra` goes into it) to a temp folder, then swap it into place."""
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        prompt.save(tmp, **extra)
-    return Path(out_dir)

@@ -1,4 +1,4 @@
-"""InversePRM (arXiv 2502.10325 §4, algorithms.md §2): a PRM learned from demonstrations, no outcome reward.
+"""InversePRM (arXiv 2502.10325 §4, docs/algorithms.md §2): a PRM learned from demonstrations, no outcome reward.
 
 From r(s,a) = Q(s,a) − γ E_{a′~π}[Q(s′,a′)], the implicit reward of a transition (s, a, s′, a′) is
 
@@ -36,6 +36,20 @@ from agentprm.rollout.reset import prefix_length
 from agentprm.train.core import TrainConfig, train
 
 LOSS_NAME = "inverse-prm"
+
+
+@dataclass
+class InversePrmConfig:
+    """The loop's `inverse_prm` section (algo inverse-prm)."""
+    gamma: float = 1.0              # Δ = f(s,a) − γ f(s′,a′) (the paper's code: 1)
+    epochs: float = 2.0
+    lr: float = 5e-4
+    batch_size: int = 16
+    demos: str | None = None        # expert trajectories; None = the run's demos.parquet (π0's SFT data when
+                                    # policy0.retrain, else the expert played once per train task)
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
 
 
 @dataclass(frozen=True)

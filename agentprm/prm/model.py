@@ -30,7 +30,7 @@ from agentprm.agent.state import AgentState
 from agentprm.errors import UserError
 from agentprm.io import atomic_dir
 from agentprm.models.presets import PRESETS, load_tokenizer, preset_config
-from agentprm.models.tokenizer import build_tokenizer
+from agentprm.agent.tokenizer import build_tokenizer
 
 KIND = "prm"
 

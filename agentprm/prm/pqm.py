@@ -10,9 +10,9 @@ A successful trajectory has W = ∅ (its correct steps are still ranked in order
 an error has C = ∅ and gives no term. (The authors' code also prepends a Q = 0 anchor as an extra correct step;
 we follow the equation.)
 
-The loss needs a whole trajectory per example, not the (sequence, Q̂) points or (chosen, rejected) pairs of the
-PRM loss registry (prm/losses.py), so it has its own example builder: step labels come from the MC Q-targets,
-a step being an error when no rollout through it won (Q̂ ≤ `error_q`).
+The loss needs a whole trajectory per example: it is the registry's "trajectory" kind (prm/losses.py, name "pqm"),
+so `train-prm --loss pqm` and `prm.loss: pqm` train with it, and `prm/train.py` builds the examples here: step
+labels come from the MC Q-targets, a step being an error when no rollout through it won (Q̂ ≤ `error_q`).
 
     trajectories = pqm_trajectories(episodes, q_of, prm.tokenizer, prm.prompt)
     train(prm, trajectories, PQMLoss(zeta=4.0), TrainConfig(...))
@@ -59,12 +59,15 @@ class PQMTrajectory:
 
 def pqm_trajectories(episodes: Iterable[EpisodeRecord], q_of: Mapping[tuple[str, str], float], tokenizer,
                      prompt_cfg: PromptConfig, error_q: float = 0.0) -> list[PQMTrajectory]:
-    """One example per episode with steps, labelled from Q-targets keyed by (state_key, reply) (targets/mc.py)."""
+    """One example per episode with steps, labelled from Q-targets keyed by (state_key, reply) (targets/mc.py);
+    an episode with a step the targets do not cover is left out."""
     out = []
     for episode in episodes:
         if episode.error or not episode.steps:
             continue
         pairs = list(episode_states(episode))
+        if any((state.key(), reply) not in q_of for state, reply in pairs):
+            continue
         step_q = [q_of[(state.key(), reply)] for state, reply in pairs]
         seqs = [prompt_ids(tokenizer, s, prompt_cfg) + reply_ids(tokenizer, r) for s, r in pairs]
         out.append(PQMTrajectory(seqs, first_error_index(step_q, episode.won, error_q)))
@@ -72,15 +75,16 @@ def pqm_trajectories(episodes: Iterable[EpisodeRecord], q_of: Mapping[tuple[str,
 
 
 class PQMLoss:
-    """`loss_fn(prm, trajectories)` for the training core: mean comparative loss over the batch's trajectories."""
+    """`loss_fn(prm, trajectories)` for the training core: mean comparative loss over the batch's trajectories
+    (`fn` = any registered trajectory loss; default PQM's with margin `zeta`)."""
 
-    def __init__(self, zeta: float = DEFAULT_ZETA):
-        self.zeta = zeta
+    def __init__(self, zeta: float = DEFAULT_ZETA, fn=None):
+        self.zeta, self.fn = zeta, fn or (lambda q, first_error: pqm_loss(q, first_error, zeta))
 
     def __call__(self, model, batch: Sequence[PQMTrajectory]) -> tuple[torch.Tensor, dict]:
         logits = model.logits_of([s for traj in batch for s in traj.seqs])
         per_traj = torch.split(logits, [len(traj.seqs) for traj in batch])
-        losses = torch.stack([pqm_loss(q, traj.first_error, self.zeta) for q, traj in zip(per_traj, batch)])
+        losses = torch.stack([self.fn(q, traj.first_error) for q, traj in zip(per_traj, batch)])
         ranked = [bool(q[:t].min() > q[t:].max()) for q, traj in zip(per_traj, batch)
                   if 0 < (t := traj.first_error) < len(q)]
         return losses.mean(), {"ranked_frac": sum(ranked) / len(ranked) if ranked else 0.0}

@@ -1,4 +1,4 @@
-"""PRIME's implicit PRM (Cui et al., arXiv 2502.01456; algorithms.md §5), at turn granularity.
+"""PRIME's implicit PRM (Cui et al., arXiv 2502.01456; docs/algorithms.md §5), at turn granularity.
 
 A causal LM π_φ, initialised from a policy and compared against a frozen reference π_ref (that same policy),
 defines a reward per turn without any step label:
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -31,14 +32,26 @@ import torch
 import torch.nn.functional as F
 
 from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, reply_ids
+from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, encode_episode
 from agentprm.agent.scoring import reply_logprobs, score_candidates
 from agentprm.agent.state import AgentState
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.errors import UserError
-from agentprm.policy.policy_gradient import EncodedEpisode, add_reference_logprobs, encode_episode
 from agentprm.train.core import TrainConfig, train
 
 KEY = "implicit_prm"
+
+
+@dataclass
+class PrimeConfig:
+    """The loop's `prime` section (algo prime)."""
+    beta: float = 0.05              # implicit reward scale β in r = β log(π_φ/π_ref)
+    epochs: float = 2.0
+    lr: float = 1e-4
+    batch_size: int = 4             # episodes per step (the loss is per episode)
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
 
 
 def prime_loss(turn_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor) -> torch.Tensor:
@@ -73,7 +86,7 @@ class ImplicitPRM:
                    PromptConfig.load(folder), meta["beta"], meta["reference"])
 
     def save(self, folder: str | Path) -> Path:
-        from agentprm.policy.sft import save_policy
+        from agentprm.agent.checkpoint import save_policy
 
         return save_policy(self.model, self.tokenizer, folder, self.prompt,
                            **{KEY: {"beta": self.beta, "reference": self.reference_dir}})

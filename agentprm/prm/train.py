@@ -15,20 +15,32 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import pyarrow.compute as pc
 import torch
 
 from agentprm.agent.encoding import prompt_ids, reply_ids
-from agentprm.agent.replay import episode_states
-from agentprm.agent.state import AgentState
+from agentprm.data.tables import read_targets
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.errors import UserError
 from agentprm.prm.losses import PrmLoss, get_prm_loss
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
 from agentprm.prm.model import ProcessRewardModel
-from agentprm.targets.mc import TargetsFile, read_targets
+from agentprm.prm.pqm import PQMLoss, pqm_trajectories
+from agentprm.targets.mc import load_states
 from agentprm.targets.pairs import pair_indices
 from agentprm.train.core import TrainConfig, train
+
+
+@dataclass
+class PrmConfig:
+    """The loop's `prm` section; `agentprm train-prm` takes the same fields as flags (`--init` is required there)."""
+    loss: str = "soft-bce"          # soft-bce | bradley-terry | pqm | any registered PRM loss (prm/losses.py)
+    init: str = "policy"            # "policy" = π_{i-1}'s weights, or a preset name / model folder
+    epochs: float = 2.0
+    lr: float = 5e-4                # peak learning rate
+    batch_size: int = 16
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
 
 
 @dataclass
@@ -51,29 +63,7 @@ def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np
     return np.array([t in held for t in task_ids], dtype=bool)
 
 
-def load_states(targets: TargetsFile, rollouts: str | Path | None = None) -> list[AgentState]:
-    """The state of every target row, replayed from its (episode_id, turn) reference in the rollouts."""
-    rollouts = rollouts or targets.info.get("rollouts")
-    if not rollouts:
-        raise UserError(f"{targets.path}: no 'rollouts' path in its metadata; pass the rollouts explicitly")
-    refs = list(zip(targets.table["episode_id"].to_pylist(), targets.table["turn"].to_pylist()))
-    wanted = set(refs)
-    table = read_trajectories(rollouts)
-    table = table.filter(pc.is_in(table["episode_id"], value_set=targets.table["episode_id"].unique()))
-    found: dict[tuple[str, int], AgentState] = {}
-    for episode in iter_episodes(table):
-        for turn, (state, _) in enumerate(episode_states(episode)):
-            if (episode.episode_id, turn) in wanted:
-                found[(episode.episode_id, turn)] = state
-    states = []
-    for ref, key in zip(refs, targets.table["state_key"].to_pylist()):
-        state = found.get(ref)
-        if state is None or state.key() != key:
-            problem = "is missing" if state is None else "has another history"
-            raise UserError(f"{rollouts}: episode {ref[0]!r} turn {ref[1]} {problem} (targets {targets.path} "
-                            "were made from other rollouts?)")
-        states.append(state)
-    return states
+
 
 
 def evaluate(prm: ProcessRewardModel, seqs: Sequence[Sequence[int]], q: Sequence[float], state_keys: Sequence[str],
@@ -86,6 +76,8 @@ def evaluate(prm: ProcessRewardModel, seqs: Sequence[Sequence[int]], q: Sequence
 
 def make_loss_fn(loss: PrmLoss) -> Callable:
     """loss_fn(model, batch) for the training core; a batch holds (seq, q) points or (chosen, rejected) pairs."""
+    if loss.kind == "trajectory":
+        return PQMLoss(fn=loss.fn)
     if loss.pairwise:
         def pairwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
             logits = model.logits_of([c for c, _ in batch] + [r for _, r in batch])
@@ -124,11 +116,20 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     held = split_by_task(tasks, data.heldout_frac, cfg.seed)
     halves = {name: np.flatnonzero(mask) for name, mask in (("train", ~held), ("heldout", held))}
     train_rows = halves["train"]
-    if prm_loss.pairwise:
+    if prm_loss.kind == "trajectory":   # whole episodes of the train tasks, steps labelled by their Q̂
+        train_tasks = {tasks[i] for i in train_rows}
+        q_of = {(keys[i], actions[i]): q[i] for i in range(len(q))}
+        episodes = [e for e in iter_episodes(read_trajectories(data.rollouts or targets.info["rollouts"]))
+                    if e.task_id in train_tasks]
+        examples = pqm_trajectories(episodes, q_of, prm.tokenizer, prm.prompt)
+    elif prm_loss.pairwise:
         pairs = pair_indices([keys[i] for i in train_rows], [q[i] for i in train_rows], data.delta)
         examples = [(seqs[train_rows[i]], seqs[train_rows[j]]) for i, j in pairs]
     else:
         examples = [(seqs[i], q[i]) for i in train_rows]
+    if not examples and prm_loss.kind == "trajectory":
+        raise UserError(f"{targets_path}: no episode of the train tasks has every step in these targets (loss "
+                        f"{loss!r} needs MC targets of the rollouts' episodes)")
     if not examples:  # only pairs can be missing: the split never holds out every task
         raise UserError(f"{targets_path}: no pairs for loss {loss!r}: no two actions at a training state have "
                         f"Q-targets more than delta={data.delta} apart")
@@ -138,8 +139,10 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                                data.delta, data.eval_batch_size) for name, rows in halves.items() if len(rows)}
 
     initial = evaluate_all()
+    # length for batching: pairs — the chosen row (same state as the rejected one); trajectories — their tokens
+    length = (lambda e: sum(map(len, e.seqs))) if prm_loss.kind == "trajectory" else (lambda e: len(e[0]))
     history = train(prm, examples, make_loss_fn(prm_loss), cfg, description=f"PRM {loss}", progress=progress,
-                    length=lambda e: len(e[0]))  # pairs: the chosen row (same state as the rejected one)
+                    length=length)
     metrics = {"loss": loss, "init": str(init), "targets": str(targets_path), "rollouts": data.rollouts or
                targets.info.get("rollouts"), "gamma": targets.info.get("gamma"), "examples": len(examples),
                "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()},

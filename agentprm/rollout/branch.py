@@ -15,22 +15,14 @@ Branch episode ids end in "-branch<k>" (k = the branch turn). The replayed prefi
 from __future__ import annotations
 
 import random
-import re
 from typing import Sequence
 
 from agentprm.agent.replay import episode_states
-from agentprm.data.trajectories import EpisodeRecord
+from agentprm.data.trajectories import EpisodeRecord, branch_episode_id
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.rollout.engine import EpisodeJob
 
-_BRANCH_RE = re.compile(r"-branch(\d+)$")
 SAMPLE_CHUNK = 64
-
-
-def first_target_turn(episode_id: str) -> int:
-    """The first turn of an episode that Q-targets count: the branch turn, 0 for an ordinary episode."""
-    m = _BRANCH_RE.search(episode_id)
-    return int(m.group(1)) if m else 0
 
 
 def branch_jobs(episodes: Sequence[EpisodeRecord], tasks: Sequence[TaskSpec], agent, per_episode: int,
@@ -54,6 +46,6 @@ def branch_jobs(episodes: Sequence[EpisodeRecord], tasks: Sequence[TaskSpec], ag
         chosen = options.get(episode.episode_id, [])
         for k, alternative in sorted(rng.sample(chosen, min(per_episode, len(chosen)))):
             prefix = tuple(s.action for s in episode.steps[:k]) + (alternative,)
-            jobs.append(EpisodeJob(task=by_id[episode.task_id], episode_id=f"{episode.episode_id}-branch{k}",
+            jobs.append(EpisodeJob(task=by_id[episode.task_id], episode_id=branch_episode_id(episode.episode_id, k),
                                    seed=episode.seed, max_steps=max_steps, start_actions=prefix))
     return jobs

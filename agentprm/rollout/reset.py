@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import replace
-from pathlib import Path
 from typing import Sequence
 
 from agentprm.agent.format import parse_reply
@@ -62,23 +61,3 @@ def reset_jobs(tasks: Sequence[TaskSpec], demos: dict[str, list[str]], per_task:
         jobs[j] = replace(job, episode_id=f"{job.episode_id}-reset{k}", start_actions=tuple(actions[:k]),
                           max_steps=job.max_steps + k)
     return jobs
-
-
-def reset_rollouts(loop, i: int, prev: Path, train_tasks, demos: Sequence[EpisodeRecord]) -> Path:
-    """Stage 1a with Reset-50-50: like `Loop.rollouts` (same stage name, folder, seeds), with
-    `exploration.reset_frac` of the episodes starting on an expert demo."""
-    from agentprm.agent.lm import LMAgent
-    from agentprm.data.trajectories import ShardWriter
-    from agentprm.rollout.engine import run_episodes
-
-    c, seed = loop.cfg.rollout, loop.cfg.seed + i
-
-    def build(out: Path) -> None:
-        agent = LMAgent.load(prev, mode=c.mode, temperature=c.temperature, seed=seed, name=f"pi{i - 1}")
-        jobs = reset_jobs(train_tasks, expert_actions(demos), c.per_task, seed, c.max_steps, f"rollout-{i}",
-                          loop.cfg.exploration.reset_frac)
-        with ShardWriter(out) as writer:
-            run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
-                         description=f"rollout-{i}", progress=loop.progress)
-
-    return loop.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)

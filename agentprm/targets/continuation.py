@@ -26,14 +26,14 @@ from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.rollout.oracle import OracleCritic
-from agentprm.targets.mc import TARGETS_SCHEMA, TargetsFile
+from agentprm.data.tables import TARGETS_SCHEMA, TableFile
 
 CHUNK = 64   # states scored per oracle call: bounds memory, keeps the env pool busy
 
 
 def continuation_targets(rollouts: str | Path, tasks, policy_dir: str | Path, *, gamma: float, max_steps: int,
                          states: int, candidates: int, seed: int, mode: str = "choose", num_envs: int = 16,
-                         workers: int | None = None) -> TargetsFile:
+                         workers: int | None = None) -> TableFile:
     visited: dict[str, tuple] = {}
     for episode in iter_episodes(read_trajectories(rollouts)):
         if episode.error:
@@ -62,4 +62,4 @@ def continuation_targets(rollouts: str | Path, tasks, policy_dir: str | Path, *,
     info = {"kind": "continuation-targets", "rollouts": str(Path(rollouts).resolve()), "gamma": gamma,
             "policy": str(Path(policy_dir).resolve()), "states": len(picked), "candidates": candidates,
             "continuations": played, "failed_continuations": errors}
-    return TargetsFile(table, info, Path(rollouts))
+    return TableFile(table, info, Path(rollouts))

@@ -12,28 +12,14 @@ Linear in the number of steps: state keys are chained incrementally along each e
 does, one sha256 per step), returns-to-go are accumulated backwards (G_t = r_t + γ G_{t+1}, vectorised across
 episodes), and the (state, action) groups are averaged by a pyarrow group-by. Only the columns needed are read.
 
-Targets file (Parquet, one row per unique (state, action), in order of first visit):
-
-    column      type     meaning
-    state_key   string   AgentState.key() of the state (sha256 of task id, task and the whole history)
-    action      string   the agent's reply as written
-    q           float64  Q̂(s, a) in [0, 1] for ALFWorld rewards
-    visits      int32    |G(s, a)|
-    task_id     string   the game
-    task_type   string
-    episode_id  string   first visit: the episode ...
-    turn        int32    ... and the turn whose state is s (rebuild it with `agentprm.agent.replay.episode_states`)
-
-Schema metadata `agentprm` (JSON): kind "mc-targets", the rollouts path (absolute), gamma, and episode counts.
+Targets file: the Q-targets schema of `agentprm.data.tables` (TARGETS_SCHEMA), metadata kind "mc-targets".
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from hashlib import sha256
 from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,30 +27,30 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agentprm.agent.format import parse_reply
-from agentprm.data.trajectories import SCHEMA, SORT_KEYS, shard_files
+from agentprm.agent.replay import episode_states
+from agentprm.agent.state import AgentState
+from agentprm.data.tables import TARGETS_SCHEMA, TableFile, conform
+from agentprm.data.trajectories import SCHEMA, SORT_KEYS, iter_episodes, read_trajectories, shard_files
 from agentprm.errors import UserError
-from agentprm.io import atomic_path
-
-META_KEY = b"agentprm"
-TARGETS_SCHEMA = pa.schema([
-    ("state_key", pa.string()),
-    ("action", pa.string()),
-    ("q", pa.float64()),
-    ("visits", pa.int32()),
-    ("task_id", pa.string()),
-    ("task_type", pa.string()),
-    ("episode_id", pa.string()),
-    ("turn", pa.int32()),
-])
-ROLLOUT_COLUMNS = ("episode_id", "task_id", "task_type", "turn", "task", "observation", "action", "reward", "error")
-ROLLOUT_SCHEMA = pa.schema([SCHEMA.field(name) for name in ROLLOUT_COLUMNS])
 
 
 @dataclass
-class TargetsFile:
-    table: pa.Table
-    info: dict[str, Any]  # the file's `agentprm` metadata
-    path: Path
+class TargetsConfig:
+    """The loop's `targets` section (stage 1: Monte-Carlo, continuation or shaped targets)."""
+    gamma: float = 0.9              # discount, counted from each turn to the episode end. < 1 so that, among won
+                                    # episodes (most of them), a step that wins sooner scores higher; with 1 every
+                                    # step of a won episode has Q̂ = 1 (docs/results.md: 0.9 vs 1 on two seeds)
+    shaping_alpha: float = 0.0      # process reward shaping (algo agentprm): mix Q̂ with π0's advantage A^μ by this
+                                    # weight (0 = off; paper 0.5); V^μ is fitted once to π0's iteration-1 rollouts
+    source: str = "mc"              # "mc": Monte-Carlo Q̂ of the sampling policy (the paper's); "continuation":
+                                    # Q of greedy π_{i-1} for its top commands at sampled rollout states, each played
+                                    # out once (targets/continuation.py: same-state alternatives)
+    continuation_states: int = 600  # source continuation: rollout states sampled
+    continuation_candidates: int = 4  # … and π_{i-1}'s top commands played out at each
+
+
+ROLLOUT_COLUMNS = ("episode_id", "task_id", "task_type", "turn", "task", "observation", "action", "reward", "error")
+ROLLOUT_SCHEMA = pa.schema([SCHEMA.field(name) for name in ROLLOUT_COLUMNS])
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[list[int], list[str]]:
@@ -120,7 +106,7 @@ def drop_failed_episodes(table: pa.Table) -> pa.Table:
 def counted_rows(table: pa.Table) -> np.ndarray | None:
     """Rows Q̂ averages over: a branch episode (agentprm/rollout/branch.py) only from its branch turn on, since its
     earlier rows are a replayed prefix followed by a forced action. None when every row counts."""
-    from agentprm.rollout.branch import first_target_turn
+    from agentprm.data.trajectories import first_target_turn
 
     ids, values = _codes(table["episode_id"])
     first = np.array([first_target_turn(v) for v in values], dtype=np.int64)
@@ -183,7 +169,7 @@ def check_turns(table: pa.Table, path: str | Path) -> None:
                         "(rows duplicated or missing, e.g. the same shard read twice)")
 
 
-def targets_from_rollouts(rollouts: str | Path, gamma: float) -> TargetsFile:
+def targets_from_rollouts(rollouts: str | Path, gamma: float) -> TableFile:
     """Read a trajectory file or folder and estimate Q̂; `info` records where the targets came from."""
     table = read_rollout_columns(rollouts)
     kept = drop_failed_episodes(table)
@@ -191,51 +177,29 @@ def targets_from_rollouts(rollouts: str | Path, gamma: float) -> TargetsFile:
     episodes, kept_episodes = len(pc.unique(table["episode_id"])), len(pc.unique(kept["episode_id"]))
     info = {"kind": "mc-targets", "rollouts": str(Path(rollouts).resolve()), "gamma": gamma,
             "episodes": kept_episodes, "failed_episodes_dropped": episodes - kept_episodes, "steps": kept.num_rows}
-    return TargetsFile(targets, info, Path(rollouts))
+    return TableFile(targets, info, Path(rollouts))
 
 
-def write_with_info(path: str | Path, table: pa.Table, info: dict[str, Any]) -> Path:
-    """A Parquet file written atomically, `info` stored as JSON under the schema metadata key `agentprm`."""
-    path = Path(path)
-    if path.suffix != ".parquet":
-        raise UserError(f"--out {path}: expected a .parquet file name")
-    table = table.replace_schema_metadata({META_KEY: json.dumps(info).encode()})
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
-    return path
-
-
-def conform(table: pa.Table, schema: pa.Schema, path: Path, what: str) -> pa.Table:
-    """`table` with exactly `schema`'s columns, cast to its types; a missing or uncastable column is a UserError."""
-    for field in schema:
-        if field.name not in table.column_names:
-            raise UserError(f"{path}: missing column '{field.name}' (not a {what} file?)")
-        if table.schema.field(field.name).type != field.type:
-            try:
-                column = table[field.name].cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise UserError(f"{path}: column '{field.name}' has type {table.schema.field(field.name).type}, "
-                                f"expected {field.type}") from None
-            table = table.set_column(table.column_names.index(field.name), field.name, column)
-    return table.select(schema.names)
-
-
-def read_checked(path: str | Path, schema: pa.Schema, what: str) -> TargetsFile:
-    """A Parquet file with `schema`'s columns (cast to its types) and its `agentprm` metadata; one-line errors."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such {what} file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        raise UserError(f"{path}: not a readable Parquet file ({e})") from None
-    raw = (table.schema.metadata or {}).get(META_KEY)
-    try:
-        info = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        raise UserError(f"{path}: bad '{META_KEY.decode()}' metadata (not JSON)") from None
-    return TargetsFile(conform(table, schema, path, what), info, path)
-
-
-def read_targets(path: str | Path) -> TargetsFile:
-    return read_checked(path, TARGETS_SCHEMA, "Q-targets")
+def load_states(targets: TableFile, rollouts: str | Path | None = None) -> list[AgentState]:
+    """The state of every target row, replayed from its (episode_id, turn) reference in the rollouts."""
+    rollouts = rollouts or targets.info.get("rollouts")
+    if not rollouts:
+        raise UserError(f"{targets.path}: no 'rollouts' path in its metadata; pass the rollouts explicitly")
+    refs = list(zip(targets.table["episode_id"].to_pylist(), targets.table["turn"].to_pylist()))
+    wanted = set(refs)
+    table = read_trajectories(rollouts)
+    table = table.filter(pc.is_in(table["episode_id"], value_set=targets.table["episode_id"].unique()))
+    found: dict[tuple[str, int], AgentState] = {}
+    for episode in iter_episodes(table):
+        for turn, (state, _) in enumerate(episode_states(episode)):
+            if (episode.episode_id, turn) in wanted:
+                found[(episode.episode_id, turn)] = state
+    states = []
+    for ref, key in zip(refs, targets.table["state_key"].to_pylist()):
+        state = found.get(ref)
+        if state is None or state.key() != key:
+            problem = "is missing" if state is None else "has another history"
+            raise UserError(f"{rollouts}: episode {ref[0]!r} turn {ref[1]} {problem} (targets {targets.path} "
+                            "were made from other rollouts?)")
+        states.append(state)
+    return states

@@ -1,20 +1,6 @@
 """Preference pairs for relative PRM losses: two actions at the same state whose Q̂ differ by more than δ.
 
-Pairs file (Parquet, one row per ordered pair, grouped by state in order of first visit):
-
-    column       type     meaning
-    state_key    string   the shared state (AgentState.key())
-    chosen       string   the reply with the higher Q̂
-    rejected     string   the reply with the lower Q̂
-    q_chosen     float64
-    q_rejected   float64  q_chosen − q_rejected > δ
-    task_id      string
-    task_type    string
-    episode_id   string   a visit to the state: the episode ...
-    turn         int32    ... and turn (rebuild it with `agentprm.agent.replay.episode_states`)
-
-Schema metadata `agentprm` (JSON): the targets file's metadata (rollouts, gamma, ...) plus kind "pairs", the
-targets path and delta.
+Pairs file: the pairs schema of `agentprm.data.tables` (PAIRS_SCHEMA).
 """
 from __future__ import annotations
 
@@ -24,19 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from agentprm.errors import UserError
-from agentprm.targets.mc import TargetsFile, read_checked
+from agentprm.data.tables import PAIRS_SCHEMA, TableFile
 
-PAIRS_SCHEMA = pa.schema([
-    ("state_key", pa.string()),
-    ("chosen", pa.string()),
-    ("rejected", pa.string()),
-    ("q_chosen", pa.float64()),
-    ("q_rejected", pa.float64()),
-    ("task_id", pa.string()),
-    ("task_type", pa.string()),
-    ("episode_id", pa.string()),
-    ("turn", pa.int32()),
-])
+
 
 
 def pair_indices(state_keys: list[str], q: list[float], delta: float) -> list[tuple[int, int]]:
@@ -65,9 +41,5 @@ def make_pairs(targets: pa.Table, delta: float) -> pa.Table:
     }, schema=PAIRS_SCHEMA)
 
 
-def pairs_info(targets: TargetsFile, delta: float) -> dict:
+def pairs_info(targets: TableFile, delta: float) -> dict:
     return {**targets.info, "kind": "pairs", "targets": str(Path(targets.path).resolve()), "delta": delta}
-
-
-def read_pairs(path: str | Path) -> TargetsFile:
-    return read_checked(path, PAIRS_SCHEMA, "pairs")

@@ -1,4 +1,4 @@
-"""Process reward shaping (arXiv 2502.10325 §5, algorithms.md §3): mix π's MC Q-targets with the advantage of a
+"""Process reward shaping (arXiv 2502.10325 §5, docs/algorithms.md §3): mix π's MC Q-targets with the advantage of a
 reference policy μ (e.g. the expert, or π0), which is informative even when π's own rollouts are few:
 
     A^μ(s,a) = r + γ V^μ(s′) − V^μ(s)          (V^μ(s′) = 0 when the episode ended at this step)
@@ -12,12 +12,11 @@ does for the MC returns (nothing is earned after it).
 
 V^μ is a `ProcessRewardModel` scored on (state, empty reply): ALFWorld states are whole histories, so the learner's
 states are mostly unseen by μ and a per-state table would know nothing there; a network over the same prompt the
-PRM reads generalises across them. It is fitted with soft-BCE to V̂^μ(s), the visit-weighted mean of μ's MC
-Q-targets at s (`agentprm.targets.mc`).
+PRM reads generalises across them (`agentprm.prm.value`: fitted with soft-BCE to V̂^μ(s), the visit-weighted mean of
+μ's MC Q-targets at s); here it is any function of a batch of states.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -27,13 +26,10 @@ import torch
 
 from agentprm.agent.replay import episode_states
 from agentprm.agent.state import AgentState
+from agentprm.data.tables import TableFile
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.errors import UserError
-from agentprm.prm.losses import get_prm_loss
-from agentprm.prm.model import ProcessRewardModel
-from agentprm.prm.train import load_states, make_loss_fn
-from agentprm.targets.mc import TargetsFile, targets_from_rollouts
-from agentprm.train.core import TrainConfig, train
+from agentprm.targets.mc import load_states
 
 ValueFn = Callable[[Sequence[AgentState]], torch.Tensor]   # V^μ(s) for a batch of states
 
@@ -50,36 +46,8 @@ def shaped_q(q: np.ndarray, adv: np.ndarray, alpha: float) -> np.ndarray:
     return (1 - alpha) * q + alpha * (np.clip(adv, -1.0, 1.0) + 1) / 2
 
 
-def value_targets(rollouts: str | Path, gamma: float) -> tuple[list[AgentState], list[float]]:
-    """V̂^μ(s) for every distinct state in μ's rollouts: Σ_a visits·Q̂(s,a) / Σ_a visits."""
-    targets = targets_from_rollouts(rollouts, gamma)
-    states = load_states(targets)
-    total: dict[str, float] = defaultdict(float)
-    visits: dict[str, int] = defaultdict(int)
-    first: dict[str, AgentState] = {}
-    for state, q, n in zip(states, targets.table["q"].to_pylist(), targets.table["visits"].to_pylist()):
-        total[state.key()] += q * n
-        visits[state.key()] += n
-        first.setdefault(state.key(), state)
-    return list(first.values()), [total[k] / visits[k] for k in first]
-
-
-def fit_value_model(states: Sequence[AgentState], values: Sequence[float], init: str | Path,
-                    cfg: TrainConfig, progress: bool = False) -> ProcessRewardModel:
-    """A PRM-architecture model fitted with soft-BCE to V̂ on (state, "") sequences."""
-    model = ProcessRewardModel.init(init, seed=cfg.seed)
-    examples = [(model.encode(s, ""), v) for s, v in zip(states, values)]
-    train(model, examples, make_loss_fn(get_prm_loss("soft-bce")), cfg, description="V^mu", progress=progress,
-          length=lambda e: len(e[0]))
-    return model
-
-
-def model_values(model: ProcessRewardModel) -> ValueFn:
-    return lambda states: model.score(states, [""] * len(states))
-
-
-def shape_targets(targets: TargetsFile, value: ValueFn, alpha: float, gamma: float,
-                  rollouts: str | Path | None = None) -> TargetsFile:
+def shape_targets(targets: TableFile, value: ValueFn, alpha: float, gamma: float,
+                  rollouts: str | Path | None = None) -> TableFile:
     """The targets with q replaced by Q̃ (same schema, so `train_prm` reads them unchanged); r and s′ of each row
     come from its (episode_id, turn) reference in the rollouts. `info` gains "shaping" (α, γ, the map)."""
     rollouts = rollouts or targets.info.get("rollouts")
@@ -100,7 +68,7 @@ def shape_targets(targets: TargetsFile, value: ValueFn, alpha: float, gamma: flo
                                      pa.array(shaped_q(q_mc, adv, alpha), pa.float64()))
     info = {**targets.info, "shaping": {"alpha": alpha, "gamma": gamma, "map": "(clip(A, -1, 1) + 1) / 2",
                                         "mean_advantage": float(adv.mean()) if len(adv) else None}}
-    return TargetsFile(table, info, targets.path)
+    return TableFile(table, info, targets.path)
 
 
 def next_steps(rollouts: str | Path,

@@ -19,7 +19,10 @@ _MODULES = ("agentprm", "inverse_prm", "grpo", "spro", "prime", "sft")   # modul
 
 
 def register_algorithm(name: str):
+    """Decorator adding an iteration function under `name`; a name already taken is refused."""
     def add(fn: Callable) -> Callable:
+        if name in ALGORITHMS:
+            raise ValueError(f"algorithm {name!r} is registered already")
         ALGORITHMS[name] = fn
         return fn
     return add

@@ -9,11 +9,12 @@ from agentprm.loop.algos import register_algorithm
 
 @register_algorithm("agentprm")
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
+    from agentprm.data.tables import write_with_info
     from agentprm.prm.model import ProcessRewardModel
     from agentprm.prm.train import train_prm
-    from agentprm.targets.shaping import model_values, shape_targets
-    from agentprm.targets.mc import targets_from_rollouts, write_with_info
-    from agentprm.train.core import TrainConfig
+    from agentprm.prm.value import model_values
+    from agentprm.targets.mc import targets_from_rollouts
+    from agentprm.targets.shaping import shape_targets
 
     c, seed, it = loop.cfg, loop.cfg.seed + i, f"iter_{i}"
     rollouts = loop.rollouts(i, prev, train_tasks)
@@ -36,9 +37,8 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
 
     targets_path = loop.stages.run(f"{it}/targets", f"{it}/targets.parquet", targets)
     init = prev if c.prm.init == "policy" else c.prm.init
-    prm_cfg = TrainConfig(lr=c.prm.lr, epochs=c.prm.epochs, batch_size=c.prm.batch_size, seed=seed)
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
-        targets_path, init, c.prm.loss, out, prm_cfg, progress=loop.progress))
+        targets_path, init, c.prm.loss, out, c.prm.train_config(seed), progress=loop.progress))
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy",
                              lambda out: loop.update_policy(i, prev, prm, rollouts, out))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)

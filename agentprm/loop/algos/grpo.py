@@ -5,32 +5,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentprm.errors import UserError
 from agentprm.loop.algos import register_algorithm
 
 
 def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks, process_beta: float) -> Path:
+    from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.encoding import PromptConfig
     from agentprm.data.trajectories import iter_episodes, read_trajectories
     from agentprm.models import load_causal_lm, load_tokenizer
-    from agentprm.policy.policy_gradient import PolicyGradientConfig, train_policy_gradient
-    from agentprm.policy.sft import save_policy
+    from agentprm.policy.policy_gradient import train_policy_gradient
 
-    c, it = loop.cfg.policy_gradient, f"iter_{i}"
-    # Reset-50-50 episodes start on an expert prefix: neither on-policy nor from the group's shared start state
-    if loop.cfg.exploration.reset_frac > 0:
-        raise UserError(f"algo {loop.cfg.algo!r}: groups must be π_{{i-1}}'s own episodes from the task start; "
-                        "set exploration.reset_frac: 0")
+    cfg, it, seed = loop.cfg.policy_gradient, f"iter_{i}", loop.cfg.seed + i
+    # groups are π_{i-1}'s own episodes from the task start (Reset-50-50 is refused at config load)
     rollouts = loop.rollouts(i, prev, train_tasks)
-    cfg = PolicyGradientConfig(process_beta=process_beta, clip=c.clip, entropy_coef=c.entropy_coef, steps=c.steps,
-                               batch_groups=c.batch_groups, lr=c.lr, seed=loop.cfg.seed + i)
 
     def update(out: Path) -> None:
         model, tokenizer, prompt = load_causal_lm(prev), load_tokenizer(prev), PromptConfig.load(prev)
         history = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)), cfg,
-                                        progress=loop.progress)
+                                        process_beta, seed, progress=loop.progress)
         save_policy(model, tokenizer, out, prompt,
-                    policy_gradient={"config": cfg.to_dict(), "history": history, "reference": str(prev)})
+                    policy_gradient={"config": cfg.to_dict(), "process_beta": process_beta, "seed": seed,
+                                     "history": history, "reference": str(prev)})
 
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", update)
     loop.evaluate_iteration(i, policy, None, eval_tasks)

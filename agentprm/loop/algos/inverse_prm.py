@@ -21,18 +21,13 @@ def demos_path(loop, train_tasks) -> Path:
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     from agentprm.agent.lm import LMAgent
     from agentprm.prm.inverse import read_episodes, train_inverse_prm
-    from agentprm.rollout.reset import reset_rollouts
-    from agentprm.train.core import TrainConfig
 
     c, seed, it = loop.cfg, loop.cfg.seed + i, f"iter_{i}"
     demos = demos_path(loop, train_tasks)
-    if c.exploration.reset_frac > 0:
-        rollouts = reset_rollouts(loop, i, prev, train_tasks, read_episodes(demos))
-    else:
-        rollouts = loop.rollouts(i, prev, train_tasks)
+    rollouts = loop.rollouts(i, prev, train_tasks, demos=read_episodes(demos) if c.exploration.reset_frac > 0 else None)
     ic = c.inverse_prm
     init = prev if c.prm.init == "policy" else c.prm.init
-    prm_cfg = TrainConfig(lr=ic.lr, epochs=ic.epochs, batch_size=ic.batch_size, seed=seed)
+    prm_cfg = ic.train_config(seed)
 
     def fit(out: Path) -> None:
         policy = LMAgent.load(prev, mode=c.rollout.mode, temperature=c.rollout.temperature, seed=seed,

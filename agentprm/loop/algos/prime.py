@@ -13,15 +13,13 @@ from agentprm.loop.algos import register_algorithm
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     from agentprm.data.trajectories import iter_episodes, read_trajectories
     from agentprm.prm.prime import ImplicitPRM, train_prime
-    from agentprm.train.core import TrainConfig
 
     c, it = loop.cfg.prime, f"iter_{i}"
     rollouts = loop.rollouts(i, prev, train_tasks)
 
     def fit(out: Path) -> None:
         prm = ImplicitPRM.from_policy(prev, beta=c.beta)
-        train_prime(prm, iter_episodes(read_trajectories(rollouts)),
-                    TrainConfig(lr=c.lr, epochs=c.epochs, batch_size=c.batch_size, seed=loop.cfg.seed + i),
+        train_prime(prm, iter_episodes(read_trajectories(rollouts)), c.train_config(loop.cfg.seed + i),
                     progress=loop.progress)
         prm.save(out)
 

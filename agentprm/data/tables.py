@@ -1,0 +1,126 @@
+"""Parquet files the stages pass on (besides the trajectories of data/trajectories.py): their schemas, and one way
+to write and read any of them — atomically, with the producing stage's metadata as JSON under the schema metadata
+key `agentprm`, and with one-line errors naming the file and the column on read.
+
+Q-targets (targets/mc.py, targets/continuation.py; one row per unique (state, action), in order of first visit):
+
+    column      type     meaning
+    state_key   string   AgentState.key() of the state (sha256 of task id, task and the whole history)
+    action      string   the agent's reply as written
+    q           float64  Q̂(s, a) in [0, 1] for ALFWorld rewards
+    visits      int32    |G(s, a)|: rollout visits averaged over (continuation targets: 1)
+    task_id     string   the game
+    task_type   string
+    episode_id  string   first visit: the episode ...
+    turn        int32    ... and the turn whose state is s (rebuild it with `agentprm.agent.replay.episode_states`)
+
+Preference pairs (targets/pairs.py; one row per ordered pair, grouped by state in order of first visit):
+
+    column       type     meaning
+    state_key    string   the shared state (AgentState.key())
+    chosen       string   the reply with the higher Q̂
+    rejected     string   the reply with the lower Q̂
+    q_chosen     float64
+    q_rejected   float64  q_chosen − q_rejected > δ
+    task_id      string
+    task_type    string
+    episode_id   string   a visit to the state: the episode ...
+    turn         int32    ... and turn
+
+Metadata `agentprm` (JSON): targets — kind ("mc-targets", "continuation-targets"), the rollouts path (absolute),
+gamma, episode counts; pairs — the targets' metadata plus kind "pairs", the targets path and delta.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentprm.errors import UserError
+from agentprm.io import atomic_path
+
+META_KEY = b"agentprm"
+TARGETS_SCHEMA = pa.schema([
+    ("state_key", pa.string()),
+    ("action", pa.string()),
+    ("q", pa.float64()),
+    ("visits", pa.int32()),
+    ("task_id", pa.string()),
+    ("task_type", pa.string()),
+    ("episode_id", pa.string()),
+    ("turn", pa.int32()),
+])
+PAIRS_SCHEMA = pa.schema([
+    ("state_key", pa.string()),
+    ("chosen", pa.string()),
+    ("rejected", pa.string()),
+    ("q_chosen", pa.float64()),
+    ("q_rejected", pa.float64()),
+    ("task_id", pa.string()),
+    ("task_type", pa.string()),
+    ("episode_id", pa.string()),
+    ("turn", pa.int32()),
+])
+
+
+@dataclass
+class TableFile:
+    """A Parquet file read with its schema checked: the table, its `agentprm` metadata, where it came from."""
+    table: pa.Table
+    info: dict[str, Any]  # the file's `agentprm` metadata
+    path: Path
+
+
+def write_with_info(path: str | Path, table: pa.Table, info: dict[str, Any]) -> Path:
+    """A Parquet file written atomically, `info` stored as JSON under the schema metadata key `agentprm`."""
+    path = Path(path)
+    if path.suffix != ".parquet":
+        raise UserError(f"--out {path}: expected a .parquet file name")
+    table = table.replace_schema_metadata({META_KEY: json.dumps(info).encode()})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return path
+
+
+def conform(table: pa.Table, schema: pa.Schema, path: Path, what: str) -> pa.Table:
+    """`table` with exactly `schema`'s columns, cast to its types; a missing or uncastable column is a UserError."""
+    for field in schema:
+        if field.name not in table.column_names:
+            raise UserError(f"{path}: missing column '{field.name}' (not a {what} file?)")
+        if table.schema.field(field.name).type != field.type:
+            try:
+                column = table[field.name].cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise UserError(f"{path}: column '{field.name}' has type {table.schema.field(field.name).type}, "
+                                f"expected {field.type}") from None
+            table = table.set_column(table.column_names.index(field.name), field.name, column)
+    return table.select(schema.names)
+
+
+def read_checked(path: str | Path, schema: pa.Schema, what: str) -> TableFile:
+    """A Parquet file with `schema`'s columns (cast to its types) and its `agentprm` metadata; one-line errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such {what} file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise UserError(f"{path}: not a readable Parquet file ({e})") from None
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    try:
+        info = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        raise UserError(f"{path}: bad '{META_KEY.decode()}' metadata (not JSON)") from None
+    return TableFile(conform(table, schema, path, what), info, path)
+
+
+def read_targets(path: str | Path) -> TableFile:
+    return read_checked(path, TARGETS_SCHEMA, "Q-targets")
+
+
+def read_pairs(path: str | Path) -> TableFile:
+    return read_checked(path, PAIRS_SCHEMA, "pairs")
