@@ -32,10 +32,10 @@ import torch
 from agentprm.agent.encoding import PromptConfig, prompt_ids
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.policies import RandomAgent
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.envs.alfworld.tasks import TaskSpec, load_tasks
 from agentprm.envs.pool import EnvPool
 from agentprm.io import provenance, write_json
-from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.models import build_model
 from agentprm.rollout.engine import episode_jobs, run_episodes
 

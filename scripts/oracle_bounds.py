@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from agentprm.agent.lm import LMAgent
-from agentprm.agent.policies import BestOfNAgent
-from agentprm.eval.paired import comparisons_table, paired_difference
-from agentprm.rollout.play import play_tasks
 from agentprm.data.summary import pooled_rows, rate_cells, wilson_ci
+from agentprm.eval.paired import comparisons_table, paired_difference
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.stages import StageRunner
 from agentprm.prm.loading import load_prm
 from agentprm.prm.metrics import pairwise_accuracy, spearman
+from agentprm.rollout.play import play_tasks
+from agentprm.search.best_of_n import BestOfNAgent
 
 RANK_STATES = 150   # held-out states whose candidates Q1 and the oracle both score
 # π1 variants trained here (the run's own π1 is "pi1 (Q1)"): label, critic, update method, distinct samples
@@ -50,9 +50,9 @@ def subset(tasks, k: int):
 
 
 def one_run(run: Path, k: int) -> dict:
+    from agentprm.agent.checkpoint import save_policy
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.policy.online_dpo import rollout_states
-    from agentprm.agent.checkpoint import save_policy
     from agentprm.policy.update import run_update
     from agentprm.rollout.oracle import OracleCritic
 

@@ -64,10 +64,10 @@ def first_turns(generated_tasks):
 
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory) -> Path:
+    from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.encoding import PromptConfig
     from agentprm.agent.tokenizer import build_tokenizer
     from agentprm.models import build_model
-    from agentprm.agent.checkpoint import save_policy
 
     tok = build_tokenizer()
     return save_policy(build_model("tiny", tok, seed=0), tok, tmp_path_factory.mktemp("pi") / "pi0", PromptConfig())

@@ -155,9 +155,9 @@ def test_mini_loop_runs(algo, tmp_path, generated_tasks):
 
     import yaml
 
+    from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.encoding import PromptConfig
     from agentprm.cli import main
-    from agentprm.agent.checkpoint import save_policy
 
     model, tok = tiny()
     pi0 = save_policy(model, tok, tmp_path / "pi0", PromptConfig())

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from agentprm.agent import AgentState, Goal, format_reply, parse_goal, parse_reply, state_to_messages
-from agentprm.envs.base import Turn
 from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.envs.base import Turn
 
 torch.set_num_threads(1)
 

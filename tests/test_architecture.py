@@ -14,8 +14,9 @@ LAYERS = [
     ("rollout",),                   # stage 1: play π, branch and oracle continuations
     ("targets",),                   # Q-targets, pairs, shaping
     ("prm",),                       # stage 2: the PRM, its losses, the value model
+    ("search",),                    # test-time search with a critic: Best-of-N, beam
     ("policy",),                    # stage 3: policy updates
-    ("eval",),                      # evaluation, test-time search, paired statistics
+    ("eval",),                      # paired statistics
     ("loop",),                      # the iteration, algorithms, sweeps
     ("commands", "cli", "__main__"),
 ]

@@ -10,7 +10,7 @@ from agentprm.agent.state import AgentState
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.pool import EnvPool
-from agentprm.eval.beam import beam_search, play_beam
+from agentprm.search.beam import beam_search, play_beam
 
 
 class Shuffled:

@@ -3,8 +3,8 @@ count branch episodes."""
 import pytest
 
 from agentprm.agent.replay import episode_states
-from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.data.trajectories import first_target_turn
+from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.rollout.branch import branch_jobs
 from agentprm.targets.mc import mc_targets
 from test_targets import START, S1, as_table, episode

@@ -93,9 +93,9 @@ def test_steered_sampler_rate_is_the_configured_one(frac):
     import torch
 
     from agentprm.agent.lm import LMAgent
-    from agentprm.policy.online_dpo import SteeredSampler
     from agentprm.agent.tokenizer import build_tokenizer
     from agentprm.models import build_model
+    from agentprm.policy.online_dpo import SteeredSampler
 
     torch.set_num_threads(1)
     tok = build_tokenizer()

@@ -9,8 +9,8 @@ import torch
 
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.state import AgentState
-from agentprm.envs.base import Turn
 from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.envs.base import Turn
 from agentprm.models import build_model
 from agentprm.policy.hacking import (HackingConfig, HackingDetector, HackingWarning, ProbeResult, hold_out,
                                      returns_to_go)
@@ -156,9 +156,9 @@ def test_loop_runs_the_detector_when_enabled(tmp_path, generated_tasks):
 
     import yaml
 
+    from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.encoding import PromptConfig
     from agentprm.cli import main
-    from agentprm.agent.checkpoint import save_policy
 
     tok = build_tokenizer()
     pi0 = save_policy(build_model("tiny", tok, seed=0), tok, tmp_path / "pi0", PromptConfig())

@@ -7,10 +7,10 @@ from agentprm.agent.encoding import PromptConfig, prompt_ids
 from agentprm.agent.lm import HFBackend, LMAgent
 from agentprm.agent.policies import ExpertAgent
 from agentprm.agent.replay import episode_states
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.base import Turn
 from agentprm.errors import UserError
-from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.models import build_model
 from agentprm.rollout.engine import episode_jobs, run_episodes
 

@@ -230,7 +230,7 @@ def test_paper_yaml_is_the_quickstart_with_more_iterations():
 
 
 def test_stage_reuse_copies_only_named_completed_stages(tmp_path):
-    """compare_methods runs the stages all methods share once: a named stage another run completed is copied with
+    """A sweep runs the stages all its variants share once: a named stage another run completed is copied with
     its recorded seconds (the budget stays charged); others, or ones the source lacks, are built."""
     from agentprm.loop.stages import StageRunner
 

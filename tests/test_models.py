@@ -3,8 +3,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-from agentprm.errors import UserError
 from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.errors import UserError
 from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer, register_preset
 
 torch.set_num_threads(1)

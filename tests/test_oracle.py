@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from agentprm.agent.lm import LMAgent
-from agentprm.agent.policies import BestOfNAgent, ExpertAgent
+from agentprm.agent.policies import ExpertAgent
 from agentprm.agent.state import AgentState
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.rollout.oracle import OracleCritic
+from agentprm.search.best_of_n import BestOfNAgent
 
 
 def test_walkthrough_action_scores_highest_with_the_expert_finishing(generated_tasks):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentprm.eval.paired import claimed_pairs, comparisons, paired_difference, resolved
 from agentprm.data.summary import per_task, wilson_ci
+from agentprm.eval.paired import claimed_pairs, comparisons, paired_difference, resolved
 
 
 def synthetic(seed: int, tasks: int, p_base: float, lift: float, seeds=(0, 1, 2)):
@@ -106,35 +106,29 @@ def test_loop_rows_give_the_claimed_comparisons():
     assert comparisons({0: old}) == []
 
 
-def test_ablations_compare_each_variant_with_the_first_on_the_same_tasks():
-    import importlib.util
-    from pathlib import Path
+def test_sweep_compares_each_variant_with_the_first_on_the_same_tasks():
+    from agentprm.loop.sweep import sweep_comparisons
 
-    spec = importlib.util.spec_from_file_location("ablations", Path(__file__).parents[1] / "scripts" / "ablations.py")
-    ablations = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ablations)
     pi0 = _row("pi0", 0, 1, [1, 0, 0, 1])
     sweep = {"base": {"per_seed": {0: [pi0, _row("pi1", 1, 1, [1, 0, 0, 1])]}},
              "lever": {"per_seed": {0: [pi0, _row("pi1", 1, 1, [1, 1, 1, 1])]}}}
-    got = {(c["a"], c["b"]): c["delta"] for c in ablations.variant_comparisons(sweep)}
+    got = {(c["a"], c["b"]): c["delta"] for c in sweep_comparisons(sweep)}
     assert got == {("base: pi1", "base: pi0"): 0.0, ("lever: pi1", "lever: pi0"): 0.5,
                    ("lever: pi1", "base: pi1"): 0.5}
 
 
-def test_method_comparison_claims_each_method_vs_pi0_and_grpo_and_search_vs_its_policy():
-    import importlib.util
-    from pathlib import Path
+def test_sweep_claims_each_method_vs_pi0_and_the_baseline_and_search_vs_its_policy():
+    from agentprm.loop.sweep import sweep_comparisons
 
-    spec = importlib.util.spec_from_file_location("compare_methods",
-                                                  Path(__file__).parents[1] / "scripts" / "compare_methods.py")
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
     pi0 = _row("pi0", 0, 1, [1, 0, 0, 0])
     sweep = {"agentprm": {"per_seed": {0: [pi0, _row("pi1", 1, 1, [1, 0, 0, 1]), _row("pi1", 1, 4, [0, 0, 0, 0]),
                                            _row("pi2", 2, 1, [1, 1, 0, 1])]}},
              "grpo": {"per_seed": {0: [pi0, _row("pi1", 1, 1, [1, 1, 0, 0]), _row("pi2", 2, 1, [1, 0, 0, 0])]}}}
     search = {0: [_row("BoN-4", 2, 4, [1, 1, 1, 1]), _row("beam-2x2", 2, 4, [1, 1, 1, 0])]}
-    got = {(c["a"], c["b"]): c["delta"] for c in compare.method_comparisons(sweep, search)}
-    assert got == {("agentprm: pi2", "SFT π0"): 0.5, ("grpo: pi2", "SFT π0"): 0.0,
-                   ("agentprm: pi2", "grpo: pi2"): 0.5, ("BoN-4", "agentprm: pi2"): 0.25,
-                   ("beam-2x2", "agentprm: pi2"): 0.0, ("beam-2x2", "BoN-4"): -0.25}
+    got = {(c["a"], c["b"]): c["delta"] for c in sweep_comparisons(sweep, "grpo", ("agentprm", search))}
+    assert got == {
+        ("agentprm: pi1", "agentprm: pi0"): 0.25, ("agentprm: pi1+bon4", "agentprm: pi1"): -0.5,
+        ("agentprm: pi2", "agentprm: pi1"): 0.25, ("agentprm: pi2", "agentprm: pi0"): 0.5,
+        ("grpo: pi1", "grpo: pi0"): 0.25, ("grpo: pi2", "grpo: pi1"): -0.25, ("grpo: pi2", "grpo: pi0"): 0.0,
+        ("agentprm: pi1", "grpo: pi1"): 0.0, ("agentprm: pi2", "grpo: pi2"): 0.5,   # each method vs the baseline
+        ("BoN-4", "agentprm: pi2"): 0.25, ("beam-2x2", "agentprm: pi2"): 0.0, ("beam-2x2", "BoN-4"): -0.25}

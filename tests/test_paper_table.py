@@ -1,14 +1,13 @@
-"""The pooling behind docs/results.md: episodes pooled across seeds, Wilson CI, per-seed rates kept."""
-import importlib.util
-from pathlib import Path
-
+"""The pooling behind docs/results.md: episodes pooled across seeds, Wilson CI, per-seed rates kept; the sweep's
+table with the paper's numbers beside matching rows."""
 import pytest
 
-from agentprm.data.summary import pooled_rows
+from agentprm.data.summary import pooled_rows, rate_cells
+from agentprm.loop.sweep import sweep_markdown
 
-spec = importlib.util.spec_from_file_location("paper_table", Path(__file__).parents[1] / "scripts" / "paper_table.py")
-paper_table = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(paper_table)
+
+def _markdown(rows):
+    return sweep_markdown("c.yaml", [0, 1], {"": {"rows": rows, "wall_seconds": 0.0, "own_seconds": 0.0}}, paper=True)
 
 
 def test_pooled_rows_pool_episodes_and_keep_seeds():
@@ -21,11 +20,11 @@ def test_pooled_rows_pool_episodes_and_keep_seeds():
     assert pi0["episodes"] == 40 and pi0["success_rate"] == pytest.approx(15 / 40)
     assert pi0["ci95"][0] < 15 / 40 < pi0["ci95"][1] and pi0["per_seed"] == {0: 0.25, 1: 0.5}
     assert rows[("pi1", 4)]["success_rate"] == pytest.approx(25 / 40)
-    md = paper_table.markdown(list(rows.values()), [0, 1], "c.yaml")
-    assert "| pi0 | 1 | 37.5 |" in md and "64.9" in md
+    md = _markdown(list(rows.values()))
+    assert "| — | pi0 | 1 | 37.5 |" in md and "| 25, 50 | 64.9 |" in md
     assert "91.0" not in md   # the paper's only Best-of-N number is Best-of-16 on π3, not a π1 row
-    md3 = paper_table.markdown([{**rows[("pi1", 4)], "policy": "pi3", "best_of_n": 16}], [0, 1], "c.yaml")
-    assert md3.rstrip().endswith("| 91.0 |")
+    md3 = _markdown([{**rows[("pi1", 4)], "policy": "pi3", "best_of_n": 16}])
+    assert md3.rstrip().endswith("| 91.0 | 0 | 0 |")
 
 
 def test_pooled_rows_group_by_any_key_fields():
@@ -35,4 +34,4 @@ def test_pooled_rows_group_by_any_key_fields():
     rows = pooled_rows(per_seed, key=("size",))
     assert [(r["size"], r["success_rate"], r["episodes"]) for r in rows] == [(120, 3 / 8, 8), (480, 7 / 8, 8)]
     assert set(rows[0]) == {"size", "success_rate", "ci95", "episodes", "per_seed"}
-    assert paper_table.rate_cells(rows[1]).startswith("87.5 | [")
+    assert rate_cells(rows[1]).startswith("87.5 | [")

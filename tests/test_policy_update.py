@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from agentprm.agent.lm import LMAgent
-from agentprm.agent.policies import BestOfNAgent
 from agentprm.agent.state import AgentState
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import load_tasks
-from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.models import build_model
 from agentprm.policy.online_dpo import dpo_loss, train_online_dpo
 from agentprm.policy.update import PolicyUpdateConfig
+from agentprm.search.best_of_n import BestOfNAgent
 
 
 class Prefers:

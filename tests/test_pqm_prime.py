@@ -8,8 +8,8 @@ import torch
 
 from agentprm.agent.encoding import PromptConfig
 from agentprm.agent.state import AgentState
-from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.models import build_model
 from agentprm.prm.pqm import PQMLoss, first_error_index, pqm_loss, pqm_trajectories
 from agentprm.prm.prime import ImplicitPRM, prime_loss, train_prime
@@ -94,7 +94,7 @@ def prime(tmp_path):
 
 def test_prime_learns_turn_rewards_from_outcomes_and_serves_best_of_n(start, prime, tmp_path):
     from agentprm.agent.lm import LMAgent
-    from agentprm.agent.policies import BestOfNAgent
+    from agentprm.search.best_of_n import BestOfNAgent
 
     task, first, _ = start
     s0 = AgentState.start(first, task.task_id)
@@ -119,11 +119,11 @@ def test_prime_mini_loop_uses_the_implicit_prm(tmp_path, generated_tasks):
 
     import yaml
 
-    from agentprm.agent.encoding import PromptConfig
-    from agentprm.cli import main
-    from agentprm.agent.tokenizer import build_tokenizer
-    from agentprm.models import build_model
     from agentprm.agent.checkpoint import save_policy
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.cli import main
+    from agentprm.models import build_model
     from agentprm.prm.loading import load_prm
     from agentprm.prm.prime import ImplicitPRM
 

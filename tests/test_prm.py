@@ -10,16 +10,16 @@ import torch
 
 from agentprm.agent.encoding import PromptConfig
 from agentprm.agent.replay import episode_states
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.cli import main
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.errors import UserError
-from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.models import build_model
 from agentprm.prm import (PRM_LOSSES, PrmDataConfig, ProcessRewardModel, get_prm_loss, register_prm_loss,
                           split_by_task, train_prm)
+from agentprm.data.tables import write_with_info
 from agentprm.prm.losses import bradley_terry, soft_bce
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
-from agentprm.data.tables import write_with_info
 from agentprm.targets.mc import targets_from_rollouts
 from agentprm.train.core import TrainConfig
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from agentprm.agent.encoding import PromptConfig
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
-from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.models import build_model
 
 torch.set_num_threads(1)

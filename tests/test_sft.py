@@ -10,10 +10,10 @@ from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, reply
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.policies import ExpertAgent
 from agentprm.agent.replay import episode_states
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.data.trajectories import write_episodes_file
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
-from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.policy.sft import IGNORE, SFTConfig, load_demos, make_examples, renumbered, train_sft
 from agentprm.rollout.engine import episode_jobs, run_episodes
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.data.tables import read_targets, write_with_info
-from agentprm.targets.mc import targets_from_rollouts
+from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.prm.value import fit_value_model, model_values, value_targets
+from agentprm.targets.mc import targets_from_rollouts
 from agentprm.targets.shaping import advantage, shape_targets, shaped_q
 from agentprm.train.core import TrainConfig
 

@@ -14,11 +14,11 @@ import pytest
 from agentprm.agent.format import format_reply
 from agentprm.agent.replay import episode_states
 from agentprm.cli import main
+from agentprm.data.tables import read_targets
+from agentprm.data.tables import read_pairs
 from agentprm.data.trajectories import SCHEMA, SORT_KEYS, EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.errors import UserError
-from agentprm.data.tables import read_targets
 from agentprm.targets.mc import drop_failed_episodes, mc_targets, returns_to_go, state_keys
-from agentprm.data.tables import read_pairs
 from agentprm.targets.pairs import make_pairs
 
 START = "You are in the middle of a room. Looking quickly around you, you see a drawer 1, and a cabinet 1."

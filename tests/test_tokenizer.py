@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
 from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
 
 torch.set_num_threads(1)
 

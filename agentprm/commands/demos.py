@@ -6,10 +6,10 @@ from pathlib import Path
 
 from agentprm.agent.policies import ExpertAgent
 from agentprm.commands.common import add_common, write_summary
+from agentprm.data.summary import print_table, summarize
 from agentprm.data.trajectories import write_episodes_file
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
-from agentprm.data.summary import print_table, summarize
 from agentprm.rollout.engine import episode_jobs, run_episodes
 
 

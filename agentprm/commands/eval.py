@@ -40,7 +40,7 @@ def run(args) -> int:
         if args.beam_width:
             summary = _beam(args, agent, prm)
         else:
-            from agentprm.agent.policies import BestOfNAgent
+            from agentprm.search.best_of_n import BestOfNAgent
 
             agent = BestOfNAgent(agent, prm, args.best_of)
             _, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
@@ -54,7 +54,7 @@ def run(args) -> int:
 
 def _beam(args, agent, prm) -> dict:
     from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.eval.beam import play_beam
+    from agentprm.search.beam import play_beam
 
     _, summary = play_beam(load_tasks(args.tasks), agent, prm, width=args.beam_width, expand=args.beam_expand,
                            max_steps=args.max_steps, seed=args.seed, workers=args.workers or 2,

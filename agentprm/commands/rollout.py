@@ -55,8 +55,8 @@ def register(sub) -> None:
 def run(args) -> int:
     require(args.per_task >= 1, f"--per-task must be at least 1 (got {args.per_task})")
     agent = make_agent(args)
-    from agentprm.data.trajectories import ShardWriter
     from agentprm.data.summary import print_table
+    from agentprm.data.trajectories import ShardWriter
 
     with ShardWriter(args.out) as writer:
         _, summary = play(args, agent, tag="rollout", per_task=args.per_task, writer=writer)

@@ -15,13 +15,13 @@ from typing import Any
 import yaml
 
 from agentprm.errors import UserError
+from agentprm.policy.hacking import HackingConfig
+from agentprm.policy.policy_gradient import PolicyGradientConfig
+from agentprm.policy.update import CRITICS, METHODS as POLICY_METHODS, PolicyUpdateConfig
 from agentprm.prm.inverse import InversePrmConfig
 from agentprm.prm.prime import PrimeConfig
 from agentprm.prm.train import PrmConfig
 from agentprm.targets.mc import TargetsConfig
-from agentprm.policy.hacking import HackingConfig
-from agentprm.policy.policy_gradient import PolicyGradientConfig
-from agentprm.policy.update import CRITICS, METHODS as POLICY_METHODS, PolicyUpdateConfig
 
 
 @dataclass

@@ -10,8 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from agentprm.eval.paired import comparisons_table  # noqa: E402
 from agentprm.data.summary import rate_cells  # noqa: E402
+from agentprm.eval.paired import comparisons_table  # noqa: E402
 from agentprm.io import atomic_path, write_text  # noqa: E402
 
 

@@ -166,8 +166,8 @@ class Loop:
     def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
         """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` (when there is a PRM)."""
         from agentprm.agent.lm import LMAgent
-        from agentprm.agent.policies import BestOfNAgent
         from agentprm.prm.loading import load_prm
+        from agentprm.search.best_of_n import BestOfNAgent
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
         self.evaluate(f"pi{i}", lambda: LMAgent.load(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
@@ -184,9 +184,9 @@ class Loop:
         DPO (with `exploration.steer_frac` of the generations steered, watched by the reward-hacking detector when
         `hacking.enabled`) or, `policy.method: kl-distill`, the closed-form KL-regularised improvement over the
         admissible set distilled into π (policy/kl_distill.py); saves π_i."""
+        from agentprm.agent.checkpoint import save_policy
         from agentprm.agent.lm import LMAgent
         from agentprm.policy.online_dpo import rollout_states
-        from agentprm.agent.checkpoint import save_policy
         from agentprm.policy.update import run_update
         from agentprm.prm.loading import load_prm
         from agentprm.rollout.oracle import OracleCritic

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from agentprm.errors import UserError
 from agentprm.data.summary import pooled_rows
+from agentprm.errors import UserError
 from agentprm.loop.config import LoopConfig, from_dict
 from agentprm.loop.run import Loop
 
@@ -79,18 +80,175 @@ def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resum
     return summary
 
 
-def load_variants(path: str | Path) -> dict[str, LoopConfig]:
-    """A sweep file: `base:` (a loop config) and `variants:` (name -> fields overriding the base, merged section by
-    section). Errors name the file and the variant's field."""
+PAPER = {("pi0", 1): 64.9, ("pi1", 1): 73.9, ("pi2", 1): 85.8, ("pi3", 1): 88.1, ("pi3", 16): 91.0}
+"""(policy, Best-of-N) -> success % in arXiv 2502.10325 (Llama-3.2-3B, official ALFWorld, one seed); its only Best-of-N
+number is N = 16 on π3 with Q3."""
+
+
+@dataclass
+class Sweep:
+    """A sweep file: `base:` (a loop config file path or an inline config) and `variants:` (name -> fields
+    overriding the base, merged section by section); optionally `baseline:` (a variant every variant's last π is
+    also compared with, e.g. outcome-only GRPO), `paper: true` (the paper's numbers beside matching rows) and
+    `search: {variant, width, expand}` (Best-of-(width·expand) vs beam(width, expand) with that variant's last π
+    and Q). A plain loop config is a sweep of one unnamed variant (runs directly under <out>/seed<k>)."""
+    variants: dict[str, LoopConfig]
+    baseline: str | None = None
+    paper: bool = False
+    search: dict | None = None
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Errors name the file and the field (for a variant: the variant's field)."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path}: no such sweep file")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict) or not isinstance(data.get("variants"), dict) or not data["variants"]:
+        raise UserError(f"{path}: no such sweep or config file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: must be a mapping")
+    if "variants" not in data and "base" not in data:   # a plain loop config
+        return Sweep({"": from_dict(data, str(path))})
+    unknown = set(data) - {"base", "variants", "baseline", "paper", "search"}
+    if unknown:
+        raise UserError(f"{path}: unknown field '{sorted(unknown)[0]}' (known: base, variants, baseline, paper, search)")
+    if not isinstance(data.get("variants"), dict) or not data["variants"]:
         raise UserError(f"{path}: field 'variants' must be a non-empty mapping of name -> config overrides")
     base = data.get("base") or {}
-    return {name: from_dict(_merged(base, over or {}), f"{path}: variants.{name}")
-            for name, over in data["variants"].items()}
+    if isinstance(base, str):
+        if not Path(base).exists():
+            raise UserError(f"{path}: field 'base': no such config file {base!r} (paths are from the repository root)")
+        base = yaml.safe_load(Path(base).read_text()) or {}
+    variants = {name: from_dict(_merged(base, over or {}), f"{path}: variants.{name}")
+                for name, over in data["variants"].items()}
+    search = data.get("search")
+    for field_name, name in (("baseline", data.get("baseline")), ("search.variant", (search or {}).get("variant"))):
+        if name is not None and name not in variants:
+            raise UserError(f"{path}: field '{field_name}': no variant {name!r} (variants: {', '.join(variants)})")
+    if search is not None and (set(search) != {"variant", "width", "expand"}
+                               or not all(isinstance(search[k], int) and search[k] >= 1 for k in ("width", "expand"))):
+        raise UserError(f"{path}: field 'search' must be {{variant: NAME, width: K >= 1, expand: M >= 1}}")
+    return Sweep(variants, data.get("baseline"), bool(data.get("paper", False)), search)
+
+
+def load_variants(path: str | Path) -> dict[str, LoopConfig]:
+    """The variants of a sweep file (see `load_sweep`)."""
+    return load_sweep(path).variants
+
+
+def search_rows(cfg: LoopConfig, seeds: list[int], runs: Path, saved: Path, width: int, expand: int,
+                resume: bool) -> dict[int, list[dict]]:
+    """{seed: [Best-of-(width·expand) row, beam(width, expand) row]} with the last π and Q of the runs under `runs`
+    (<runs>/seed<k>), on the runs' eval tasks; each seed's pair is saved to <saved>/seed<k>-<w>x<e>.json (reused with
+    `resume`)."""
+    from agentprm.agent.lm import LMAgent
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.io import write_json
+    from agentprm.prm.loading import load_prm
+    from agentprm.rollout.play import play_tasks
+    from agentprm.search import BestOfNAgent, play_beam
+
+    per_seed: dict[int, list[dict]] = {}
+    for seed in seeds:
+        done = saved / f"seed{seed}-{width}x{expand}.json"
+        if resume and done.exists():
+            per_seed[seed] = json.loads(done.read_text())
+            continue
+        run, last = runs / f"seed{seed}", f"iter_{cfg.iterations}"
+        tasks = load_tasks(cfg.tasks.eval_dir or run / "tasks/eval", cfg.tasks.types)
+        gen = lambda: LMAgent.load(run / last / "policy", mode=cfg.rollout.mode,  # noqa: E731
+                                   temperature=cfg.eval.bon_temperature, seed=seed)
+        prm = load_prm(run / last / "prm")
+        _, bon = play_tasks(BestOfNAgent(gen(), prm, width * expand), tasks, per_task=cfg.eval.episodes_per_task,
+                            seed=seed + 1000, max_steps=cfg.eval.max_steps, tag="bon")
+        _, beam = play_beam(tasks, gen(), prm, width=width, expand=expand, max_steps=cfg.eval.max_steps,
+                            seed=seed + 1000, workers=2, per_task=cfg.eval.episodes_per_task)
+        per_seed[seed] = [{"policy": f"BoN-{width * expand}", "iteration": cfg.iterations, "best_of_n": width * expand,
+                           **bon}, {"policy": f"beam-{width}x{expand}", "iteration": cfg.iterations,
+                                    "best_of_n": width * expand, **beam}]
+        write_json(done, per_seed[seed])
+    return per_seed
+
+
+def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
+                      search: tuple[str, dict[int, list[dict]]] | None = None) -> list[dict]:
+    """The paired differences a sweep's table claims: every variant's own claims (π_i vs π_{i-1} and π0, Best-of-N
+    vs its π); every other variant's rows vs the same rows of the reference — `baseline` (e.g. outcome-only GRPO)
+    if given, else the first variant; with `search` = (variant, its search rows), Best-of-N and beam vs that
+    variant's last π, and beam vs Best-of-N."""
+    from agentprm.eval.paired import comparisons, paired_difference, row_name
+
+    label = lambda name, r: f"{name}: {row_name(r)}" if name else row_name(r)  # noqa: E731
+    key = lambda r: (r["policy"], r["iteration"], r["best_of_n"])  # noqa: E731
+    out: list[dict] = []
+
+    def add(a: tuple[str, dict[int, dict]], b: tuple[str, dict[int, dict]]) -> None:
+        (a_name, ra), (b_name, rb) = a, b
+        if a_name == b_name or any(c["a"] == a_name and c["b"] == b_name for c in out) or set(ra) != set(rb):
+            return
+        if not all(r is not None and "per_task" in r for r in (*ra.values(), *rb.values())):
+            return
+        out.append({"a": a_name, "b": b_name, "a_best_of_n": next(iter(ra.values()))["best_of_n"],
+                    "b_best_of_n": next(iter(rb.values()))["best_of_n"],
+                    **paired_difference({s: r["per_task"] for s, r in ra.items()},
+                                        {s: r["per_task"] for s, r in rb.items()})})
+
+    def row(name: str, k: tuple) -> tuple[str, dict[int, dict]]:
+        per_seed = summary[name]["per_seed"]
+        found = {s: next((r for r in rows if key(r) == k), None) for s, rows in per_seed.items()}
+        return label(name, {"policy": k[0], "best_of_n": k[2]}), found
+
+    def last(name: str) -> tuple[str, dict[int, dict]]:
+        rows = next(iter(summary[name]["per_seed"].values()))
+        top = max(r["iteration"] for r in rows)
+        return row(name, next(key(r) for r in rows if r["iteration"] == top and r["best_of_n"] == 1))
+
+    for name, done in summary.items():
+        out += [{**c, "a": f"{name}: {c['a']}" if name else c["a"], "b": f"{name}: {c['b']}" if name else c["b"]}
+                for c in comparisons(done["per_seed"])]
+    reference = baseline if baseline is not None else next(iter(summary))
+    for name in summary:
+        if name == reference:
+            continue
+        for r in next(iter(summary[name]["per_seed"].values())):
+            if r["iteration"] > 0:
+                add(row(name, key(r)), row(reference, key(r)))
+    if search is not None:
+        name, per_seed = search
+        bon, beam = ((next(iter(per_seed.values()))[k]["policy"], {s: rows[k] for s, rows in per_seed.items()})
+                     for k in range(2))
+        add(bon, last(name))
+        add(beam, last(name))
+        add(beam, bon)
+    return out
+
+
+def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], paper: bool = False,
+                   search: list[dict] = (), comps: list[dict] = ()) -> str:
+    """The sweep's tables: every row pooled over seeds, the test-time search rows, the paired differences."""
+    from agentprm.data.summary import per_seed_cell, rate_cells
+    from agentprm.eval.paired import comparisons_table
+
+    lines = [f"`{source}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall s = the runs' stage "
+             "seconds summed over seeds; own s = without the stages copied from another variant.", "",
+             "| variant | policy | Best-of-N | success % | 95% CI | episodes | per seed % |"
+             + (" paper % |" if paper else "") + " wall s | own s |",
+             "|---|---|---|---|---|---|---|" + ("---|" if paper else "") + "---|---|"]
+    for name, done in summary.items():
+        for r in done["rows"]:
+            cell = PAPER.get((r["policy"], r["best_of_n"]), "")
+            lines.append(f"| {name or '—'} | {r['policy']} | {r['best_of_n']} | {rate_cells(r)} | {per_seed_cell(r)} |"
+                         + (f" {cell} |" if paper else "") + f" {done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |")
+    if search:
+        lines += ["", "| test-time search (samples per turn) | success % | 95% CI | episodes | per seed % |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['policy']} ({r['best_of_n']}) | {rate_cells(r)} | {per_seed_cell(r)} |" for r in search]
+    if comps:
+        lines += ["", "Paired differences (same eval tasks and seeds; bootstrap over tasks, seeds as strata):", "",
+                  comparisons_table(comps)]
+    return "\n".join(lines) + "\n"
 
 
 def _merged(base: dict, over: dict) -> dict:

@@ -33,8 +33,8 @@ from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.agent.state import AgentState
-from agentprm.rollout.play import play_tasks
 from agentprm.prm.metrics import spearman
+from agentprm.rollout.play import play_tasks
 
 
 @dataclass

@@ -23,11 +23,11 @@ from agentprm.agent.checkpoint import save_policy
 from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
 from agentprm.agent.replay import episode_states
 from agentprm.agent.scoring import right_pad
+from agentprm.agent.tokenizer import build_tokenizer
+from agentprm.agent.tokenizer import MAX_INSTANCE_NUMBER
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, iter_episodes, read_trajectories
 from agentprm.errors import UserError
-from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer
-from agentprm.agent.tokenizer import MAX_INSTANCE_NUMBER
 from agentprm.train.core import TrainConfig, num_steps, train
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)

@@ -27,10 +27,10 @@ from transformers.utils import logging as hf_logging
 from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, reply_ids
 from agentprm.agent.scoring import right_pad
 from agentprm.agent.state import AgentState
+from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.errors import UserError
 from agentprm.io import atomic_dir
 from agentprm.models.presets import PRESETS, load_tokenizer, preset_config
-from agentprm.agent.tokenizer import build_tokenizer
 
 KIND = "prm"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.data.summary import summarize
+from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.rollout.engine import episode_jobs, run_episodes
 
 

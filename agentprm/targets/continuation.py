@@ -24,9 +24,9 @@ import pyarrow as pa
 
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
+from agentprm.data.tables import TARGETS_SCHEMA, TableFile
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.rollout.oracle import OracleCritic
-from agentprm.data.tables import TARGETS_SCHEMA, TableFile
 
 CHUNK = 64   # states scored per oracle call: bounds memory, keeps the env pool busy
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from agentprm.errors import UserError
 from agentprm.data.tables import PAIRS_SCHEMA, TableFile
+from agentprm.errors import UserError
 
 
 

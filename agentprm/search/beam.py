@@ -28,12 +28,12 @@ from typing import Sequence
 
 from agentprm.agent.format import parse_reply
 from agentprm.agent.state import AgentState
+from agentprm.data.summary import summarize
 from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.envs.base import Turn
 from agentprm.envs.pool import EnvPool
-from agentprm.data.summary import summarize
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,35 @@
+"""Test-time Best-of-N with a critic (docs/algorithms.md §1): the agent the loop's `pi<i>_bon<N>` rows, `agentprm eval
+--best-of N` and the study scripts play."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from agentprm.envs.base import Turn
+
+
+class BestOfNAgent:
+    """Test-time Best-of-N (AgentPRM §3.3): sample `n` replies per state from `generator`, act with the one the
+    PRM scores highest. All states' candidates are scored in one PRM call."""
+
+    needs_expert = False
+
+    def __init__(self, generator, prm, n: int):
+        self.generator, self.prm, self.n = generator, prm, n
+        self.name = f"{generator.name}+bon{n}"
+
+    def act(self, states: Sequence, turns: Sequence[Turn]) -> list[str]:
+        samples = self.generator.sample(states, turns, self.n)
+        unique = [list(dict.fromkeys(replies)) for replies in samples]   # duplicates need scoring once
+        # a state whose samples all agree has nothing to choose: it costs the critic nothing (an oracle critic
+        # would play a whole continuation for it)
+        contested = [(s, replies) for s, replies in zip(states, unique) if len(replies) > 1]
+        flat = [(s, r) for s, replies in contested for r in replies]
+        scores = iter(self.prm.score([s for s, _ in flat], [r for _, r in flat]).tolist() if flat else [])
+        out = []
+        for replies in unique:
+            if len(replies) == 1:
+                out.append(replies[0])
+                continue
+            q = [next(scores) for _ in replies]
+            out.append(replies[max(range(len(replies)), key=q.__getitem__)])   # first of equals, as before
+        return out

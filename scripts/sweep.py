@@ -1,0 +1,57 @@
+"""Loop configs × seeds → pooled rows, test-time search rows and paired differences, as markdown and JSON: the one
+runner behind the paper table, the method comparison and the ablations of docs/results.md (each a sweep file under
+configs/sweeps/; agentprm/loop/sweep.py has the format).
+
+    python scripts/sweep.py --config configs/sweeps/agentprm-cpu.yaml --seeds 0 1 2 --out runs/cmp
+    python scripts/sweep.py --config configs/quickstart.yaml --seeds 0 1 2 --out runs/quickstart-seeds --paper
+
+Each variant/seed is an ordinary resumable loop run under <out>/<variant>/seed<k>/ (a plain loop config: under
+<out>/seed<k>/); a stage a variant does exactly as an earlier one is copied from it (same tasks, π0, its eval, π0's
+rollouts), so every variant's iteration 1 starts from the very same data and rows are paired. Success is pooled
+over seeds' eval episodes (Wilson 95% CI) with per-seed rates. Writes <out>/sweep.md and <out>/sweep.json;
+--resume continues.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from agentprm.data.summary import pooled_rows
+from agentprm.errors import UserError
+from agentprm.io import provenance, write_json, write_text
+from agentprm.loop.sweep import load_sweep, run_sweep, search_rows, sweep_comparisons, sweep_markdown
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", required=True, help="a sweep file (base + variants) or a plain loop config")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--out", required=True, help="the sweep's folder")
+    ap.add_argument("--paper", action="store_true", help="the paper's numbers beside matching rows (also `paper:`)")
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        sweep = load_sweep(args.config)
+    except UserError as e:
+        ap.exit(2, f"error: {e}\n")
+    out = Path(args.out)
+    summary = run_sweep(sweep.variants, args.seeds, out, args.resume)
+    search, searched = [], None
+    if sweep.search:
+        name = sweep.search["variant"]
+        per_seed = search_rows(sweep.variants[name], args.seeds, out / name, out / "search", sweep.search["width"],
+                               sweep.search["expand"], args.resume)
+        search, searched = pooled_rows(per_seed), (name, per_seed)
+    comps = sweep_comparisons(summary, sweep.baseline, searched)
+    write_json(out / "sweep.json", {
+        "variants": {n: {k: v for k, v in d.items() if k != "per_seed"} for n, d in summary.items()},
+        "search": search, "comparisons": comps, "seeds": args.seeds,
+        "provenance": provenance({n: c.to_dict() for n, c in sweep.variants.items()}, None)})
+    text = sweep_markdown(args.config, args.seeds, summary, args.paper or sweep.paper, search, comps)
+    write_text(out / "sweep.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
