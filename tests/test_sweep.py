@@ -10,7 +10,7 @@ from agentprm.loop.config import LoopConfig, from_dict
 from agentprm.loop.sweep import load_variants, shared_stages
 
 ALL = {"tasks_train", "tasks_eval", "demos", "policy_0", "eval_pi0", "iter_1/rollouts"}
-TARGETS = {"iter_1/targets"}
+TARGETS = {"iter_1/targets", "iter_1/prm"}
 
 
 def test_shared_stages_follow_the_inputs_each_stage_reads():
@@ -21,6 +21,8 @@ def test_shared_stages_follow_the_inputs_each_stage_reads():
     assert shared_stages(from_dict({"policy": {"method": "kl-distill"}}), base) == ALL | TARGETS
     shaped = {"targets": {"shaping_alpha": 0.5}}
     assert shared_stages(from_dict({**shaped, "prm": {"epochs": 1}}), from_dict(shaped)) == ALL
+    # same targets, other PRM settings: the targets but not Q1
+    assert shared_stages(from_dict({"prm": {"epochs": 1}}), base) == ALL | {"iter_1/targets"}
     assert shared_stages(from_dict({**shaped, "policy": {"steps": 5}}), from_dict(shaped)) == ALL | TARGETS
     # more rollouts: π0 and its eval are the same, the rollouts are not; another way of playing: not the eval either
     assert shared_stages(from_dict({"rollout": {"per_task": 2}}), base) == ALL - {"iter_1/rollouts"}

@@ -1,6 +1,7 @@
 """Several loop configs (methods or ablation variants) × seeds, each an ordinary resumable run under
 <out>/<name>/seed<k>/. The stages a config does exactly as the first config does for the same seed (same tasks, π0,
-π0's eval, demos, π0's rollouts) run once and are copied (StageRunner `reuse`), so every variant's iteration 1
+π0's eval, demos, π0's rollouts — and, where the targets and PRM sections agree, the targets and Q1) run once and
+are copied (StageRunner `reuse`), so every variant's iteration 1
 starts from the very same data; each run is still charged the copied stages' seconds."""
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
             if (same("targets") and cfg.algo == first.algo == "agentprm"
                     and (cfg.targets.shaping_alpha == 0 or same("prm"))):
                 names.add("iter_1/targets")
+                if same("prm"):   # Q1: fitted to those targets from π0 with the same settings and seed
+                    names.add("iter_1/prm")
     return names
 
 
