@@ -149,20 +149,6 @@ class Loop:
 
         return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)
 
-    def value_model(self, train_tasks) -> Path:
-        """V^μ for reward shaping, μ = π0: fitted to π0's MC returns from its iteration-1 rollouts, initialised
-        from π0 (the PRM's own settings)."""
-        from agentprm.prm.value import fit_value_model, value_targets
-
-        c, policy0 = self.cfg, self.policy0(train_tasks)
-        rollouts = self.rollouts(1, policy0, train_tasks)
-
-        def build(out: Path) -> None:
-            states, values = value_targets(rollouts, c.targets.gamma)
-            fit_value_model(states, values, policy0, c.prm.train_config(c.seed), progress=self.progress).save(out)
-
-        return self.stages.run("shaping/value", "shaping/value", build)
-
     def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
         """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` (when there is a PRM)."""
         from agentprm.agent.lm import LMAgent
@@ -178,75 +164,6 @@ class Loop:
                 return BestOfNAgent(gen, load_prm(prm_dir), n)
 
             self.evaluate(f"pi{i}_bon{n}", bon, eval_tasks, i, best_of_n=n)
-
-    def update_policy(self, i: int, prev: Path, prm_dir: Path, rollouts: Path, out: Path) -> None:
-        """Stage 3 on the states of π_{i-1}'s rollouts, against Q_i (or the oracle critic, `policy.critic`): online
-        DPO (with `exploration.steer_frac` of the generations steered, watched by the reward-hacking detector when
-        `hacking.enabled`) or, `policy.method: kl-distill`, the closed-form KL-regularised improvement over the
-        admissible set distilled into π (policy/kl_distill.py); saves π_i."""
-        from agentprm.agent.checkpoint import save_policy
-        from agentprm.agent.lm import LMAgent
-        from agentprm.policy.online_dpo import rollout_states
-        from agentprm.policy.update import run_update
-        from agentprm.prm.loading import load_prm
-        from agentprm.rollout.oracle import OracleCritic
-
-        c, seed = self.cfg.policy, self.cfg.seed + i
-        states = rollout_states(rollouts)
-        policy = LMAgent.load(prev, mode=self.cfg.rollout.mode, seed=seed, name=f"pi{i}")
-        r = self.cfg.rollout
-        prm = load_prm(prm_dir) if c.critic == "prm" else OracleCritic.greedy(
-            prev, self.tasks()[0], mode=r.mode, gamma=self.cfg.targets.gamma, max_steps=r.max_steps,
-            num_envs=r.num_envs, workers=r.workers, seed=seed)
-        detector = None
-        if self.cfg.hacking.enabled:   # online DPO only (config check)
-            detector, states = self._hacking_detector(i, prev, policy, prm, prm_dir, states)
-        key, meta = run_update(policy, prm, states, c, seed, str(prev), progress=self.progress, on_log=detector,
-                               steer_frac=self.cfg.exploration.steer_frac)
-        if detector:
-            meta["hacking"] = detector.summary()
-        if c.critic == "oracle":
-            meta["oracle_episodes"], meta["oracle_errors"] = prm.episodes, prm.errors   # the bound's price
-            prm.close()
-        save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **{key: meta})
-
-    def _hacking_detector(self, i: int, prev: Path, policy, prm, prm_dir: Path, states: list) -> tuple:
-        """The detector for iteration i and the states left for the update: a seeded `hacking.monitor_states` of
-        them are held out to monitor. The extra ensemble PRMs are resumable stages (iter_<i>/prm_ensemble/<k>),
-        fitted like Q_i to Q_i's targets with other seeds, which also changes their held-out task split."""
-        import random
-
-        from agentprm.policy.hacking import HackingDetector, episode_probe, hold_out
-        from agentprm.prm.model import ProcessRewardModel
-        from agentprm.prm.train import train_prm
-
-        h, seed = self.cfg.hacking, self.cfg.seed + i
-        if len(states) < 2:
-            raise UserError(f"hacking: {len(states)} rollout state(s); need at least 2 to hold some out to monitor")
-        monitor, train_states = hold_out(states, min(h.monitor_states, len(states) // 2), seed)
-        meta = prm_dir / "agentprm.json"
-        targets = json.loads(meta.read_text()).get("targets") if meta.exists() else None
-        if h.ensemble_size > 1 and not targets:
-            raise UserError(f"hacking.ensemble_size {h.ensemble_size}: {prm_dir} was not fitted to MC targets "
-                            "(algo agentprm), so there is nothing to refit; set hacking.ensemble_size: 1")
-        p = self.cfg.prm
-        init = prev if p.init == "policy" else p.init
-        ensemble = []
-        for k in range(1, h.ensemble_size):
-            member_cfg = p.train_config(seed + 1000 * k)
-            member = self.stages.run(f"iter_{i}/prm_ensemble_{k}", f"iter_{i}/prm_ensemble/{k}",
-                                     lambda o, m=member_cfg: train_prm(targets, init, p.loss, o, m,
-                                                                       progress=self.progress))
-            ensemble.append(ProcessRewardModel.load(member))
-        probe = None
-        if h.probe_episodes > 0:
-            tasks = self.tasks()[0]
-            tasks = random.Random(seed).sample(tasks, min(h.probe_episodes, len(tasks)))
-            probe = episode_probe(tasks, per_task=1, seed=seed + 2000, max_steps=self.cfg.rollout.max_steps,
-                                  gamma=self.cfg.targets.gamma, num_envs=self.cfg.rollout.num_envs,
-                                  workers=self.cfg.rollout.workers)
-        return HackingDetector(policy, prm, ensemble, monitor, h, probe, seed=seed,
-                               temperature=self.cfg.policy.temperature), train_states
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:

@@ -5,6 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentprm.loop.algos import register_algorithm
+from agentprm.loop.policy_stage import update_policy
+
+
+def value_model(loop, train_tasks) -> Path:
+    """V^μ for reward shaping (`targets.shaping_alpha` > 0), μ = π0: fitted once to π0's MC returns from its
+    iteration-1 rollouts, initialised from π0 with the PRM's settings (prm/value.py)."""
+    from agentprm.prm.value import fit_value_model, value_targets
+
+    c, policy0 = loop.cfg, loop.policy0(train_tasks)
+    rollouts = loop.rollouts(1, policy0, train_tasks)
+
+    def build(out: Path) -> None:
+        states, values = value_targets(rollouts, c.targets.gamma)
+        fit_value_model(states, values, policy0, c.prm.train_config(c.seed), progress=loop.progress).save(out)
+
+    return loop.stages.run("shaping/value", "shaping/value", build)
 
 
 @register_algorithm("agentprm")
@@ -31,7 +47,7 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
             return
         t = targets_from_rollouts(rollouts, c.targets.gamma)
         if c.targets.shaping_alpha > 0:
-            t = shape_targets(t, model_values(ProcessRewardModel.load(loop.value_model(train_tasks))),
+            t = shape_targets(t, model_values(ProcessRewardModel.load(value_model(loop, train_tasks))),
                               c.targets.shaping_alpha, c.targets.gamma, rollouts)
         write_with_info(out, t.table, t.info)
 
@@ -39,7 +55,7 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     init = prev if c.prm.init == "policy" else c.prm.init
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
         targets_path, init, c.prm.loss, out, c.prm.train_config(seed), progress=loop.progress))
-    policy = loop.stages.run(f"{it}/policy", f"{it}/policy",
-                             lambda out: loop.update_policy(i, prev, prm, rollouts, out))
+    policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
+        c, loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)
     return policy

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentprm.loop.algos import register_algorithm
+from agentprm.loop.policy_stage import update_policy
 
 
 def demos_path(loop, train_tasks) -> Path:
@@ -35,7 +36,7 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
         train_inverse_prm(demos, rollouts, policy, init, out, prm_cfg, ic.gamma, progress=loop.progress)
 
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", fit)
-    policy = loop.stages.run(f"{it}/policy", f"{it}/policy",
-                             lambda out: loop.update_policy(i, prev, prm, rollouts, out))
+    policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
+        c, loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)
     return policy

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentprm.loop.algos import register_algorithm
+from agentprm.loop.policy_stage import update_policy
 
 
 @register_algorithm("prime")
@@ -24,6 +25,7 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
         prm.save(out)
 
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", fit)
-    policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: loop.update_policy(i, prev, prm, rollouts, out))
+    policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
+        loop.cfg, loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)
     return policy
