@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -42,13 +43,14 @@ def test_mini_loop_killed_then_resumed_end_to_end(tmp_path, generated_tasks, tin
     proc.wait()
     shards_before = {p.name: p.stat().st_mtime_ns for p in (run / "iter_1" / "rollouts").iterdir()}
     assert not (run / "results.json").exists()
+    assert (run / ".stages" / "lock.json").exists()   # left by the killed process: stale, taken over on resume
 
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run), "--resume"]) == 0
     shards_after = {p.name: p.stat().st_mtime_ns for p in (run / "iter_1" / "rollouts").iterdir()}
     assert shards_after == shards_before            # completed stage not redone
     episodes = list(iter_episodes(read_trajectories(run / "iter_1" / "rollouts")))
     assert len(episodes) == 12 and len({e.episode_id for e in episodes}) == 12
-    assert not list(run.rglob("*.partial*"))
+    assert not list(run.rglob("*.partial*")) and not (run / ".stages" / "lock.json").exists()
     check_run(run, tiny_policy)
     # a second start without --resume must refuse, losing nothing
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 2
@@ -250,3 +252,30 @@ def test_stage_reuse_copies_only_named_completed_stages(tmp_path):
     assert json.loads(runner.marker("rollouts").read_text())["reused_from"] == str(tmp_path / "a")
     assert (runner.run("prm", "iter_1/prm", writer("prm of b")) / "data.txt").read_text() == "prm of b"
     assert (runner.run("eval", "eval", writer("eval of b")) / "data.txt").read_text() == "eval of b"  # a lacks it
+
+
+def test_one_writer_per_run_folder(tmp_path):
+    """A second process on a run folder is refused while the first lives; a dead holder's lock is taken over."""
+    import json as _json
+
+    from agentprm.errors import UserError
+    from agentprm.loop.stages import run_lock
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = tmp_path / ".stages" / "lock.json"
+        lock.parent.mkdir()
+        lock.write_text(_json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
+        with pytest.raises(UserError, match=f"in use by process {holder.pid}"):
+            with run_lock(tmp_path):
+                pass
+        assert lock.exists()                       # someone else's lock is left alone
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_lock(tmp_path):                       # its process is gone: stale
+        assert _json.loads(lock.read_text())["pid"] == os.getpid()
+        with pytest.raises(UserError, match="in use"):   # and a second writer, even in this process, waits
+            with run_lock(tmp_path):
+                pass
+    assert not lock.exists()

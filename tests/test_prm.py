@@ -131,6 +131,10 @@ def test_save_load_gives_identical_scores_and_replaces_atomically(states_and_rep
     out = tmp_path / "prm"
     out.mkdir()
     (out / "stale.txt").write_text("old run")
+    with pytest.raises(UserError, match="did not write"):   # not agentprm's: never replaced
+        prm.save(out, loss="soft-bce")
+    assert (out / "stale.txt").read_text() == "old run"
+    (out / "agentprm.json").write_text("{}")   # an earlier agentprm output: replaced whole
     prm.save(out, loss="soft-bce")
     assert (out / "model.safetensors").exists() and not (out / "stale.txt").exists()
     assert json.loads((out / "agentprm.json").read_text())["kind"] == "prm"

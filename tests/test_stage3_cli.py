@@ -62,3 +62,26 @@ def test_eval_best_of_n_and_beam(pieces, generated_tasks, tmp_path, capsys):
     assert "--prm" in capsys.readouterr().err
     assert main(base + ["--prm", str(prm), "--best-of", "3"]) == 2
     assert "--temperature" in capsys.readouterr().err
+
+
+def test_out_never_replaces_a_folder_agentprm_did_not_write(pieces, tmp_path, capsys):
+    """--out replaces only an agentprm output (a folder with agentprm.json) or an empty folder: a folder of the
+    user's files is refused before any work, and kept as it was."""
+    root, policy, prm = pieces
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    train = ["train-policy", "--policy", str(policy), "--prm", str(prm), "--rollouts", str(root / "rollouts"),
+             "--steps", "1", "--batch-size", "2", "--out"]
+    assert main(train + [str(mine)]) == 2
+    assert "did not write" in capsys.readouterr().err and (mine / "notes.txt").read_text() == "mine"
+    assert main(["train-prm", "--targets", "nowhere.parquet", "--init", "tiny", "--out", str(mine)]) == 2
+    assert "did not write" in capsys.readouterr().err and (mine / "notes.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("x")
+    assert main(train + [str(tmp_path / "file")]) == 2 and (tmp_path / "file").read_text() == "x"
+    capsys.readouterr()
+    out = tmp_path / "pi1"
+    assert main(train + [str(out)]) == 0 and main(train + [str(out)]) == 0   # its own output: replaced
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(train + [str(empty)]) == 0 and (empty / "agentprm.json").is_file()

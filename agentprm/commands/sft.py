@@ -4,6 +4,7 @@ from __future__ import annotations
 from agentprm.agent.encoding import PromptConfig
 from agentprm.commands.common import add_common, write_summary
 from agentprm.errors import require
+from agentprm.io import check_replaceable
 
 
 def register(sub) -> None:
@@ -30,6 +31,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    check_replaceable(args.out)   # before any work: --out never replaces a folder agentprm did not write
     require(args.epochs > 0, f"--epochs must be positive (got {args.epochs})")
     require(args.batch_size >= 1, f"--batch-size must be at least 1 (got {args.batch_size})")
     require(args.history_turns >= 0, f"--history-turns must be >= 0 (got {args.history_turns})")

@@ -5,6 +5,7 @@ GRPO and SPRO need groups of fresh episodes and run inside `agentprm loop` (`alg
 from __future__ import annotations
 
 from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
+from agentprm.io import check_replaceable
 from agentprm.policy.update import METHODS, PolicyUpdateConfig
 
 
@@ -30,6 +31,7 @@ def run(args) -> int:
     from agentprm.policy.update import run_update
     from agentprm.prm.loading import load_prm
 
+    check_replaceable(args.out)   # before any work: --out never replaces a folder agentprm did not write
     cfg = config_from_args(PolicyUpdateConfig, args)
     require(cfg.method != "online-dpo" or cfg.samples_per_state >= 2,
             f"--samples-per-state must be at least 2 (got {cfg.samples_per_state})")

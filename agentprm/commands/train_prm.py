@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
+from agentprm.io import check_replaceable
 from agentprm.prm.losses import PRM_LOSSES
 from agentprm.prm.train import PrmConfig, PrmDataConfig, train_prm
 
@@ -24,6 +25,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    check_replaceable(args.out)   # before any work: --out never replaces a folder agentprm did not write
     prm = config_from_args(PrmConfig, args, init=args.init)
     cfg = dataclasses.replace(prm.train_config(args.seed), time_budget_s=args.time_budget)
     metrics = train_prm(args.targets, args.init, prm.loss, args.out, cfg, config_from_args(PrmDataConfig, args),

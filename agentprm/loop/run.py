@@ -21,7 +21,7 @@ from agentprm.errors import UserError
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.algos import get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config, load_config
-from agentprm.loop.stages import MARKERS, StageRunner
+from agentprm.loop.stages import MARKERS, StageRunner, run_lock
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 
@@ -167,6 +167,10 @@ class Loop:
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:
+        with run_lock(self.run_dir):
+            return self._run()
+
+    def _run(self) -> dict:
         from agentprm.agent.lm import LMAgent
         from agentprm.policy.hacking import logged
 

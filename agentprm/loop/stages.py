@@ -5,14 +5,61 @@ same result): no rollout is lost, none is counted twice."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from agentprm.errors import UserError
 from agentprm.io import write_json
 
 MARKERS = ".stages"
+LOCK = "lock.json"   # under MARKERS: the one process working on the run folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's live process
+        return True
+    return True
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """One writer per run folder: a second process working on it (two `--resume` of one run) is refused with a
+    one-line error instead of racing on the same `*.partial` outputs. The lock records the holder's pid and host;
+    a lock whose process is gone (killed with -9) is stale and taken over."""
+    path = run_dir / MARKERS / LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                holder = {}
+            if holder.get("host") not in (None, me["host"]) or (holder.get("pid") and _alive(holder["pid"])):
+                raise UserError(f"{run_dir}: in use by process {holder.get('pid')} on {holder.get('host')} "
+                                f"({path}); wait for it, or remove the lock if that process is gone") from None
+            path.unlink(missing_ok=True)   # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        break
+    else:
+        raise UserError(f"{run_dir}: could not take the run lock {path}")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
 
 
 class StageRunner:
