@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         "variants": {n: {k: v for k, v in d.items() if k != "per_seed"} for n, d in summary.items()},
         "search": search, "comparisons": comps, "seeds": args.seeds,
         "provenance": provenance({n: c.to_dict() for n, c in sweep.variants.items()}, None)})
-    text = sweep_markdown(args.config, args.seeds, summary, args.paper or sweep.paper, search, comps)
+    paper = [n for n, c in sweep.variants.items() if c.algo == "agentprm"] if args.paper or sweep.paper else []
+    text = sweep_markdown(args.config, args.seeds, summary, paper, search, comps)
     write_text(out / "sweep.md", text)
     print(text)
     return 0

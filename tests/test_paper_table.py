@@ -7,7 +7,7 @@ from agentprm.loop.sweep import sweep_markdown
 
 
 def _markdown(rows):
-    return sweep_markdown("c.yaml", [0, 1], {"": {"rows": rows, "wall_seconds": 0.0, "own_seconds": 0.0}}, paper=True)
+    return sweep_markdown("c.yaml", [0, 1], {"": {"rows": rows, "wall_seconds": 0.0, "own_seconds": 0.0}}, paper=[""])
 
 
 def test_pooled_rows_pool_episodes_and_keep_seeds():
@@ -35,3 +35,12 @@ def test_pooled_rows_group_by_any_key_fields():
     assert [(r["size"], r["success_rate"], r["episodes"]) for r in rows] == [(120, 3 / 8, 8), (480, 7 / 8, 8)]
     assert set(rows[0]) == {"size", "success_rate", "ci95", "episodes", "per_seed"}
     assert rate_cells(rows[1]).startswith("87.5 | [")
+
+
+def test_paper_numbers_only_beside_agentprm_variants():
+    row = {"policy": "pi0", "iteration": 0, "best_of_n": 1, "success_rate": 0.5, "ci95": [0.2, 0.8], "episodes": 4,
+           "per_seed": {0: 0.5}}
+    done = {"rows": [row], "wall_seconds": 0.0, "own_seconds": 0.0}
+    md = sweep_markdown("s.yaml", [0], {"agentprm": done, "grpo": done}, paper=["agentprm"])
+    assert "| agentprm | pi0 | 1 | 50.0 | [20.0, 80.0] | 4 | 50 | 64.9 |" in md
+    assert "| grpo | pi0 | 1 | 50.0 | [20.0, 80.0] | 4 | 50 |  |" in md

@@ -9,6 +9,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import yaml
 
@@ -228,9 +229,11 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
     return out
 
 
-def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], paper: bool = False,
+def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], paper: Iterable[str] = (),
                    search: list[dict] = (), comps: list[dict] = ()) -> str:
-    """The sweep's tables: every row pooled over seeds, the test-time search rows, the paired differences."""
+    """The sweep's tables: every row pooled over seeds (the paper's numbers beside the rows of the variants in
+    `paper`: those that run AgentPRM), the test-time search rows, the paired differences."""
+    paper = set(paper)
     from agentprm.data.summary import per_seed_cell, rate_cells
     from agentprm.eval.paired import comparisons_table
 
@@ -241,7 +244,7 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
              "|---|---|---|---|---|---|---|" + ("---|" if paper else "") + "---|---|"]
     for name, done in summary.items():
         for r in done["rows"]:
-            cell = PAPER.get((r["policy"], r["best_of_n"]), "")
+            cell = PAPER.get((r["policy"], r["best_of_n"]), "") if name in paper else ""
             lines.append(f"| {name or '—'} | {r['policy']} | {r['best_of_n']} | {rate_cells(r)} | {per_seed_cell(r)} |"
                          + (f" {cell} |" if paper else "") + f" {done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |")
     if search:
