@@ -112,6 +112,8 @@ def test_cli_defaults_are_the_loop_defaults():
         "rollout --policy p --tasks t --out o": (
             loop.rollout, ("per_task", "temperature", "mode", "max_steps", "num_envs", "workers")),
         "eval --policy p --tasks t": (loop.eval, ("episodes_per_task", "max_steps")),
+        "sft --demos d --out o": (loop.policy0.sft, ("model", "lr", "epochs", "batch_size", "time_budget_s",
+                                                     "won_only", "renumber_copies", "checkpoint_every")),
     }
     for line, (section, names) in commands.items():
         args = parse(line.split())
@@ -121,3 +123,13 @@ def test_cli_defaults_are_the_loop_defaults():
     assert parse("train-prm --targets t --init i --out o --lr 0.1 --loss pqm".split()).lr == 0.1
     assert parse("train-policy --policy p --prm q --rollouts r --out o --method kl-distill --no-distinct"
                  .split()).method == "kl-distill"
+
+
+def test_configs_of_earlier_versions_still_load(tmp_path):
+    """Run folders written before `policy0.sft` was the SFT section keep resuming: the old flat names are read into
+    it (and a value given both ways keeps the new one)."""
+    from agentprm.loop.config import from_dict
+
+    cfg = from_dict({"policy0": {"retrain": True, "sft_epochs": 1.5, "sft_model": "small"}})
+    assert (cfg.policy0.sft.epochs, cfg.policy0.sft.model, cfg.policy0.retrain) == (1.5, "small", True)
+    assert from_dict({"policy0": {"sft_epochs": 1.0, "sft": {"epochs": 2.0}}}).policy0.sft.epochs == 2.0

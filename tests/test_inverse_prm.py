@@ -150,7 +150,7 @@ def test_sft_control_clones_the_same_demos(tmp_path, generated_tasks, tiny_polic
 
     run = tmp_path / "run"
     cfg = mini_inverse_config(tmp_path, generated_tasks, tiny_policy, algo="sft", exploration={},
-                              policy={"lr": 1e-3}, policy0={"path": str(tiny_policy), "sft_epochs": 4.0})
+                              policy={"lr": 1e-3}, policy0={"path": str(tiny_policy), "sft": {"epochs": 4.0}})
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
     rows = json.loads((run / "results.json").read_text())["rows"]
     assert [(r["policy"], r["iteration"], r["best_of_n"]) for r in rows] == [("pi0", 0, 1), ("pi1", 1, 1)]

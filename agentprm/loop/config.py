@@ -16,6 +16,7 @@ import yaml
 
 from agentprm.errors import UserError
 from agentprm.policy.hacking import HackingConfig
+from agentprm.policy.sft import SFTConfig
 from agentprm.policy.policy_gradient import PolicyGradientConfig
 from agentprm.policy.update import CRITICS, METHODS as POLICY_METHODS, PolicyUpdateConfig
 from agentprm.prm.inverse import InversePrmConfig
@@ -37,9 +38,8 @@ class TasksConfig:
 class Policy0Config:
     path: str | None = None         # π0 folder; None = the bundled default policy
     retrain: bool = False           # SFT π0 from expert demos of the train tasks instead
-    sft_epochs: float = 3.0
-    sft_model: str = "tiny"
-    sft_time_budget_s: float = 0.0
+    sft: SFTConfig = field(default_factory=SFTConfig)   # how (policy/sft.py; `agentprm sft` has the same flags);
+                                    # algo sft also fine-tunes each π_i for `sft.epochs` passes
 
 
 @dataclass
@@ -142,11 +142,27 @@ APPLIES_TO = {
 }
 
 
+# Fields renamed since earlier versions, read from run folders those wrote: (section, old name) -> path in the section
+LEGACY = {("policy0", "sft_epochs"): ("sft", "epochs"), ("policy0", "sft_model"): ("sft", "model"),
+          ("policy0", "sft_time_budget_s"): ("sft", "time_budget_s")}
+
+
+def _migrated(data: dict) -> dict:
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in (data or {}).items()}
+    for (section, old), (sub, new) in LEGACY.items():
+        part = data.get(section)
+        if isinstance(part, dict) and old in part:
+            nested = dict(part.get(sub) or {})
+            nested.setdefault(new, part.pop(old))
+            part[sub] = nested
+    return data
+
+
 def from_dict(data: dict, source: str = "config") -> LoopConfig:
     from agentprm.loop.algos import ALGORITHMS, get_algorithm
     from agentprm.prm.losses import PRM_LOSSES
 
-    cfg = _build(LoopConfig, data or {}, "", source)
+    cfg = _build(LoopConfig, _migrated(data), "", source)
     try:
         get_algorithm(cfg.algo)
     except UserError:

@@ -95,11 +95,9 @@ class Loop:
         return self.stages.run("demos", "demos.parquet", build)
 
     def _sft(self, train_tasks, out: Path) -> None:
-        from agentprm.policy.sft import SFTConfig, train_sft
+        from agentprm.policy.sft import train_sft
 
-        c = self.cfg.policy0
-        train_sft(self.demos(train_tasks), out, SFTConfig(model=c.sft_model, epochs=c.sft_epochs, seed=self.cfg.seed,
-                                                          time_budget_s=c.sft_time_budget_s), progress=self.progress)
+        train_sft(self.demos(train_tasks), out, self.cfg.policy0.sft, seed=self.cfg.seed, progress=self.progress)
 
     def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1) -> dict:
         from agentprm.rollout.play import play_tasks

@@ -36,12 +36,12 @@ _NAME_RE = re.compile(r"\b([a-z]+) (\d+)\b")
 
 @dataclass
 class SFTConfig:
+    """`agentprm sft`'s flags and the loop's `policy0.sft` section (π0 retrained from expert demos)."""
     model: str = "tiny"            # a preset name (trained from scratch) or a local HF model folder (fine-tuned)
     lr: float = 1e-3               # peak learning rate (from-scratch presets like high rates; use ~1e-5 for a real LM)
     epochs: float = 3.0            # passes over the examples
     batch_size: int = 16
     time_budget_s: float = 0.0     # stop after this many seconds (0 = none); the LR schedule then ends there
-    seed: int = 0                  # model init, example order, augmentation
     prompt: PromptConfig = field(default_factory=PromptConfig)  # how states are rendered; saved with the model
     won_only: bool = True          # train on successful demos only
     renumber_copies: int = 0       # augmentation: extra copies of each episode with object/receptacle instance
@@ -49,9 +49,9 @@ class SFTConfig:
     checkpoint_every: int = 0      # also save the policy every this many steps (0 = never) to
                                    # <out>-checkpoints/step-<n>: the success-vs-training-time curve
 
-    def train_config(self) -> TrainConfig:
+    def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size,
-                           time_budget_s=self.time_budget_s, seed=self.seed)
+                           time_budget_s=self.time_budget_s, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -97,29 +97,31 @@ def renumbered(episode: EpisodeRecord, rng: random.Random, copy: int) -> Episode
                          episode.policy, episode.seed, steps, episode.error)
 
 
-def load_demos(demos_path: str | Path, cfg: SFTConfig) -> list[EpisodeRecord]:
+def load_demos(demos_path: str | Path, cfg: SFTConfig, seed: int = 0) -> list[EpisodeRecord]:
     episodes = [e for e in iter_episodes(read_trajectories(demos_path))
                 if not e.error and e.steps and (e.won or not cfg.won_only)]
     if not episodes:
         raise UserError(f"{demos_path}: no usable demonstrations" + (" (none won)" if cfg.won_only else ""))
-    rng = random.Random(cfg.seed)
+    rng = random.Random(seed)
     return episodes + [renumbered(e, rng, k) for k in range(cfg.renumber_copies) for e in episodes]
 
 
-def init_model(cfg: SFTConfig):
+def init_model(cfg: SFTConfig, seed: int = 0):
     if cfg.model in PRESETS:
         tokenizer = build_tokenizer()
-        return build_model(cfg.model, tokenizer, seed=cfg.seed), tokenizer
+        return build_model(cfg.model, tokenizer, seed=seed), tokenizer
     return load_causal_lm(cfg.model), load_tokenizer(cfg.model)
 
 
-def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, progress: bool = True) -> dict:
-    """Train on the demos and save the policy folder; returns the metrics (loss curve, steps, seconds, ...)."""
+def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed: int = 0,
+              progress: bool = True) -> dict:
+    """Train on the demos and save the policy folder; returns the metrics (loss curve, steps, seconds, ...). `seed`:
+    model init, example order, augmentation."""
     start = time.monotonic()
-    episodes = load_demos(demos_path, cfg)
-    model, tokenizer = init_model(cfg)
+    episodes = load_demos(demos_path, cfg, seed)
+    model, tokenizer = init_model(cfg, seed)
     examples = make_examples(tokenizer, episodes, cfg.prompt)
-    train_cfg = cfg.train_config()
+    train_cfg = cfg.train_config(seed)
     train_cfg.log_every = max(1, num_steps(len(examples), train_cfg) // 50)  # ~50 points on the loss curve
     prep_s = time.monotonic() - start
     curve = train(model, examples, sft_loss, train_cfg, description="sft", progress=progress,
@@ -128,7 +130,7 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, progr
                "planned_steps": num_steps(len(examples), train_cfg), "train_seconds": curve[-1]["seconds"],
                "prep_seconds": round(prep_s, 2), "final_loss": curve[-1]["loss"],
                "params": sum(p.numel() for p in model.parameters()), "loss_curve": curve}
-    save_policy(model, tokenizer, out_dir, cfg.prompt, sft={"config": asdict(cfg), "metrics": metrics})
+    save_policy(model, tokenizer, out_dir, cfg.prompt, sft={"config": asdict(cfg), "seed": seed, "metrics": metrics})
     metrics["seconds"] = round(time.monotonic() - start, 2)
     return metrics
 

@@ -1,6 +1,6 @@
 """Behaviour cloning on the demos, one iteration — the demo-only control for InversePRM: π_i = π_{i-1} fine-tuned
 by SFT on the same expert demos InversePRM learns its PRM from (`inverse_prm.demos`, else the run's demos),
-`policy0.sft_epochs` passes at `policy.lr` (the online-DPO update's rate) → eval π_i. No rollouts, no PRM."""
+`policy0.sft.epochs` passes at `policy.lr` (the online-DPO update's rate) → eval π_i. No rollouts, no PRM."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,9 +16,8 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
 
     c = loop.cfg
     demos = demos_path(loop, train_tasks)
-    cfg = SFTConfig(model=str(prev), lr=c.policy.lr, epochs=c.policy0.sft_epochs, seed=c.seed + i,
-                    prompt=PromptConfig.load(prev))
+    cfg = SFTConfig(model=str(prev), lr=c.policy.lr, epochs=c.policy0.sft.epochs, prompt=PromptConfig.load(prev))
     policy = loop.stages.run(f"iter_{i}/policy", f"iter_{i}/policy",
-                             lambda out: train_sft(demos, out, cfg, progress=loop.progress))
+                             lambda out: train_sft(demos, out, cfg, seed=c.seed + i, progress=loop.progress))
     loop.evaluate_iteration(i, policy, None, eval_tasks)
     return policy
