@@ -56,6 +56,10 @@ def test_variants_merge_section_by_section_and_name_the_bad_field(tmp_path):
     path.write_text("base: {}\n")
     with pytest.raises(UserError, match="'variants'"):
         load_variants(path)
+    (tmp_path / "broken.yaml").write_text("rollout: [\n")   # a base file is read like any config: one-line errors
+    path.write_text(f"base: {tmp_path / 'broken.yaml'}\nvariants: {{a: {{}}}}\n")
+    with pytest.raises(UserError, match="broken.yaml: not valid YAML"):
+        load_variants(path)
 
 
 @pytest.mark.parametrize("sweep", sorted((Path(__file__).parents[1] / "configs" / "sweeps").glob("*.yaml")),

@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 import inspect
 import re
-from functools import lru_cache
 import typing
+from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 from agentprm.io import provenance, write_json

@@ -133,7 +133,7 @@ TARGET_SOURCES = ("mc", "continuation")
 ROLLOUT_MODES = ("choose", "generate")
 # Optional stages, with the algorithms that run them: a non-default value under another algorithm would be ignored,
 # so it is refused at load time instead.
-POLICY_UPDATE_ALGOS = ("agentprm", "inverse-prm", "prime")   # stage 3 through Loop.update_policy
+POLICY_UPDATE_ALGOS = ("agentprm", "inverse-prm", "prime")   # stage 3 through loop/policy_stage.py update_policy
 APPLIES_TO = {
     "exploration.reset_frac": ("inverse-prm",),
     "targets.shaping_alpha": ("agentprm",),
@@ -169,7 +169,10 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
         raise UserError(f"{source}: field 'algo' must be one of {', '.join(sorted(ALGORITHMS))}, "
                         f"got {cfg.algo!r}") from None
     for path, value, known in (("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES),
-                               ("prm.loss", cfg.prm.loss, tuple(PRM_LOSSES))):
+                               ("prm.loss", cfg.prm.loss, tuple(PRM_LOSSES)),
+                               ("targets.source", cfg.targets.source, TARGET_SOURCES),
+                               ("policy.method", cfg.policy.method, POLICY_METHODS),
+                               ("policy.critic", cfg.policy.critic, CRITICS)):
         if value not in known:
             raise UserError(f"{source}: field '{path}' must be one of {', '.join(known)}, got {value!r}")
     for path, algos in APPLIES_TO.items():
@@ -186,24 +189,16 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.rollout.branches and cfg.algo != "agentprm":
         raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
                         "as on-policy groups); set it to 0")
-    if cfg.targets.source not in TARGET_SOURCES:
-        raise UserError(f"{source}: field 'targets.source' must be one of {', '.join(TARGET_SOURCES)}, "
-                        f"got {cfg.targets.source!r}")
     if cfg.targets.source == "continuation" and (cfg.targets.shaping_alpha or cfg.algo != "agentprm"):
         raise UserError(f"{source}: field 'targets.source' continuation is for algo agentprm without shaping")
     for path, value in (("targets.continuation_states", cfg.targets.continuation_states),
                         ("targets.continuation_candidates", cfg.targets.continuation_candidates)):
         if value < 1:
             raise UserError(f"{source}: field '{path}' must be at least 1, got {value}")
-    if cfg.policy.method not in POLICY_METHODS:
-        raise UserError(f"{source}: field 'policy.method' must be one of {', '.join(POLICY_METHODS)}, "
-                        f"got {cfg.policy.method!r}")
     if cfg.policy.method == "kl-distill" and (cfg.rollout.mode != "choose" or cfg.hacking.enabled
                                               or cfg.exploration.steer_frac):
         raise UserError(f"{source}: field 'policy.method' kl-distill needs rollout.mode choose, no hacking detector "
                         "and no steered exploration")
-    if cfg.policy.critic not in CRITICS:
-        raise UserError(f"{source}: field 'policy.critic' must be one of {', '.join(CRITICS)}, got {cfg.policy.critic!r}")
     if cfg.policy.critic == "oracle" and (cfg.algo != "agentprm" or cfg.hacking.enabled):
         raise UserError(f"{source}: field 'policy.critic' oracle is for algo agentprm without the hacking detector")
     if cfg.policy.distinct and cfg.rollout.mode != "choose":
@@ -216,15 +211,23 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     return cfg
 
 
-def load_config(path: str | Path) -> LoopConfig:
+def read_yaml(path: str | Path, what: str = "config") -> dict:
+    """A YAML mapping from `path` (a config or sweep file); one-line errors for a missing file, bad YAML or a
+    non-mapping."""
     path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: no such config file")
+    if not path.is_file():
+        raise UserError(f"{path}: no such {what} file")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    return from_dict(data, str(path))
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: must be a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path) -> LoopConfig:
+    return from_dict(read_yaml(path), str(path))
 
 
 def dump_config(cfg: LoopConfig) -> str:

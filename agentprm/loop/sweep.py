@@ -11,11 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-import yaml
-
 from agentprm.data.summary import pooled_rows
 from agentprm.errors import UserError
-from agentprm.loop.config import LoopConfig, from_dict
+from agentprm.loop.config import LoopConfig, from_dict, read_yaml
 from agentprm.loop.run import Loop
 
 
@@ -105,14 +103,7 @@ class Sweep:
 def load_sweep(path: str | Path) -> Sweep:
     """Errors name the file and the field (for a variant: the variant's field)."""
     path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: no such sweep or config file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: must be a mapping")
+    data = read_yaml(path, "sweep or config")
     if "variants" not in data and "base" not in data:   # a plain loop config
         return Sweep({"": from_dict(data, str(path))})
     unknown = set(data) - {"base", "variants", "baseline", "paper", "search"}
@@ -122,9 +113,9 @@ def load_sweep(path: str | Path) -> Sweep:
         raise UserError(f"{path}: field 'variants' must be a non-empty mapping of name -> config overrides")
     base = data.get("base") or {}
     if isinstance(base, str):
-        if not Path(base).exists():
+        if not Path(base).is_file():
             raise UserError(f"{path}: field 'base': no such config file {base!r} (paths are from the repository root)")
-        base = yaml.safe_load(Path(base).read_text()) or {}
+        base = read_yaml(base)
     variants = {name: from_dict(_merged(base, over or {}), f"{path}: variants.{name}")
                 for name, over in data["variants"].items()}
     search = data.get("search")

@@ -79,7 +79,7 @@ class PQMLoss:
     (`fn` = any registered trajectory loss; default PQM's with margin `zeta`)."""
 
     def __init__(self, zeta: float = DEFAULT_ZETA, fn=None):
-        self.zeta, self.fn = zeta, fn or (lambda q, first_error: pqm_loss(q, first_error, zeta))
+        self.fn = fn or (lambda q, first_error: pqm_loss(q, first_error, zeta))
 
     def __call__(self, model, batch: Sequence[PQMTrajectory]) -> tuple[torch.Tensor, dict]:
         logits = model.logits_of([s for traj in batch for s in traj.seqs])
