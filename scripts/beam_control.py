@@ -13,22 +13,11 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from agentprm.data.summary import pooled_rows, rate_cells
 from agentprm.eval.paired import comparisons_table, paired_difference
 from agentprm.io import write_json, write_text
 from agentprm.loop.config import load_config
-
-
-class UniformCritic:
-    """Scores every (state, reply) with a seeded uniform number: beam search with no knowledge in its critic."""
-
-    def __init__(self, seed: int):
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def score(self, states, replies) -> torch.Tensor:
-        return torch.rand(len(replies), generator=self.generator)
+from agentprm.search import UniformCritic
 
 
 def main() -> None:

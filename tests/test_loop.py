@@ -129,6 +129,19 @@ def test_kl_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
     assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() != before
 
 
+def test_beam_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
+    """policy.method beam-distill: beam search with (π0, Q1) on the train tasks, its episodes distilled into π1."""
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+                      policy={"steps": 2, "batch_size": 4, "method": "beam-distill", "won_only": False})
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["beam_distill"]
+    assert meta["search"]["episodes"] == generated_tasks.num and meta["episodes_kept"] == generated_tasks.num
+    assert meta["examples"] >= generated_tasks.num and len(meta["history"]) == 2
+    before = (run / "policy_0" / "model.safetensors").read_bytes()
+    assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() != before
+
+
 def test_continuation_targets_give_same_state_alternatives(tmp_path, generated_tasks, tiny_policy):
     """targets.source continuation: π0's top commands at sampled rollout states, each played out by greedy π0."""
     from agentprm.data.tables import read_targets
@@ -194,7 +207,9 @@ def test_config_errors_name_the_field(tmp_path, capsys):
     for text, field in (("rollout: {mode: banana}", "rollout.mode"), ("prm: {loss: nope}", "prm.loss"),
                         ("algo: ppo", "algo"), ("exploration: {reset_frac: 0.5}", "exploration.reset_frac"),
                         ("{algo: grpo, targets: {shaping_alpha: 0.5}}", "targets.shaping_alpha"),
-                        ("{algo: sft, hacking: {enabled: true}}", "hacking.enabled")):
+                        ("{algo: sft, hacking: {enabled: true}}", "hacking.enabled"),
+                        ("policy: {method: beam-distill, search_width: 0}", "policy.search_width"),
+                        ("{policy: {method: beam-distill}, hacking: {enabled: true}}", "policy.method")):
         bad.write_text(text + "\n")
         assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
         err = capsys.readouterr().err

@@ -1,11 +1,12 @@
-"""`agentprm train-policy`: AgentPRM stage 3 — update π_{i-1} against a PRM, by online DPO (reference = π_{i-1}) or
-kl-distill. The flags are the loop's `policy` section (policy/update.py `PolicyUpdateConfig`) and the update is the
+"""`agentprm train-policy`: AgentPRM stage 3 — update π_{i-1} against a PRM, by online DPO (reference = π_{i-1}),
+kl-distill, or beam-distill (SFT on PRM-guided beam search over `--tasks`). The flags are the loop's `policy` section (policy/update.py `PolicyUpdateConfig`) and the update is the
 loop's own (`run_update`), so the π_i a loop trains is the one this command trains from the same inputs and seed.
 GRPO and SPRO need groups of fresh episodes and run inside `agentprm loop` (`algo: grpo|spro`)."""
 from __future__ import annotations
 
 from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
 from agentprm.io import check_replaceable
+from agentprm.loop.config import RolloutConfig
 from agentprm.policy.update import METHODS, PolicyUpdateConfig
 
 
@@ -17,7 +18,9 @@ def register(sub) -> None:
     p.add_argument("--rollouts", required=True, metavar="PATH", help="π_{i-1}'s rollouts: where states come from")
     p.add_argument("--out", required=True, metavar="DIR", help="output policy folder π_i (replaced atomically)")
     p.add_argument("--mode", choices=("choose", "generate"), default="choose", help="how replies are sampled")
+    p.add_argument("--tasks", metavar="DIR", help="beam-distill: the train tasks to search on (`agentprm tasks`)")
     add_config_flags(p, PolicyUpdateConfig, skip=("critic",), choices={"method": METHODS})
+    add_config_flags(p, RolloutConfig, only=("max_steps",))
     p.add_argument("--steer-frac", type=float, default=0.0, help="share of generations with the steered prompt")
     add_common(p)
     p.set_defaults(func=run)
@@ -26,6 +29,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.lm import LMAgent
+    from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.errors import require
     from agentprm.policy.online_dpo import rollout_states
     from agentprm.policy.update import run_update
@@ -37,10 +41,12 @@ def run(args) -> int:
             f"--samples-per-state must be at least 2 (got {cfg.samples_per_state})")
     require(cfg.method != "kl-distill" or args.mode == "choose", "--method kl-distill needs --mode choose")
     require(cfg.steps >= 1, f"--steps must be at least 1 (got {cfg.steps})")
+    require(cfg.method != "beam-distill" or args.tasks, "--method beam-distill needs --tasks DIR to search on")
+    tasks = load_tasks(args.tasks) if args.tasks else ()
     policy = LMAgent.load(args.policy, mode=args.mode, seed=args.seed)
     states = rollout_states(args.rollouts)
     key, meta = run_update(policy, load_prm(args.prm), states, cfg, args.seed, args.policy,
-                           steer_frac=args.steer_frac)
+                           steer_frac=args.steer_frac, tasks=tasks, max_steps=args.max_steps)
     save_policy(policy.backend.model, policy.tokenizer, args.out, policy.prompt_cfg, **{key: {**meta, "prm": args.prm}})
     last = meta["history"][-1]
     print(f"{len(states)} states, {last['step']} steps ({cfg.method}): loss {last['loss']:.4f} -> {args.out}")

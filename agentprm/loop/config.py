@@ -183,7 +183,10 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
     for path, value, least in (("rollout.branches", cfg.rollout.branches, 0),
-                               ("rollout.branch_probe", cfg.rollout.branch_probe, 1)):
+                               ("rollout.branch_probe", cfg.rollout.branch_probe, 1),
+                               ("policy.search_width", cfg.policy.search_width, 1),
+                               ("policy.search_expand", cfg.policy.search_expand, 1),
+                               ("policy.search_per_task", cfg.policy.search_per_task, 1)):
         if value < least:
             raise UserError(f"{source}: field '{path}' must be at least {least}, got {value}")
     if cfg.rollout.branches and cfg.algo != "agentprm":
@@ -199,6 +202,11 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
                                               or cfg.exploration.steer_frac):
         raise UserError(f"{source}: field 'policy.method' kl-distill needs rollout.mode choose, no hacking detector "
                         "and no steered exploration")
+    if cfg.policy.method == "beam-distill" and (cfg.hacking.enabled or cfg.exploration.steer_frac):
+        raise UserError(f"{source}: field 'policy.method' beam-distill runs no online DPO: no hacking detector and no "
+                        "steered exploration")
+    if cfg.policy.critic == "uniform" and cfg.hacking.enabled:
+        raise UserError(f"{source}: field 'policy.critic' uniform is a control without a PRM to watch: disable hacking")
     if cfg.policy.critic == "oracle" and (cfg.algo != "agentprm" or cfg.hacking.enabled):
         raise UserError(f"{source}: field 'policy.critic' oracle is for algo agentprm without the hacking detector")
     if cfg.policy.distinct and cfg.rollout.mode != "choose":

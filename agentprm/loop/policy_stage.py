@@ -16,26 +16,31 @@ from agentprm.loop.stages import StageRunner
 def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_dir: Path, rollouts: Path,
                   train_tasks, out: Path, progress: bool = True) -> None:
     """π_i from π_{i-1} (`prev`) against the critic, on the distinct states of `rollouts`; saved to `out`.
-    Online DPO (with `exploration.steer_frac` of the generations steered) or kl-distill; seeded with seed + i."""
+    Online DPO (with `exploration.steer_frac` of the generations steered), kl-distill or beam-distill (searches the
+    train tasks); seeded with seed + i."""
     from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.lm import LMAgent
     from agentprm.policy.online_dpo import rollout_states
     from agentprm.policy.update import run_update
     from agentprm.prm.loading import load_prm
     from agentprm.rollout.oracle import OracleCritic
+    from agentprm.search import UniformCritic
 
     c, r, seed = cfg.policy, cfg.rollout, cfg.seed + i
     states = rollout_states(rollouts)
     policy = LMAgent.load(prev, mode=r.mode, seed=seed, name=f"pi{i}")
-    prm = load_prm(prm_dir) if c.critic == "prm" else OracleCritic.greedy(
-        prev, train_tasks, mode=r.mode, gamma=cfg.targets.gamma, max_steps=r.max_steps, num_envs=r.num_envs,
-        workers=r.workers, seed=seed)
+    if c.critic == "oracle":
+        prm = OracleCritic.greedy(prev, train_tasks, mode=r.mode, gamma=cfg.targets.gamma, max_steps=r.max_steps,
+                                  num_envs=r.num_envs, workers=r.workers, seed=seed)
+    else:
+        prm = load_prm(prm_dir) if c.critic == "prm" else UniformCritic(seed)
     detector = None
     if cfg.hacking.enabled:   # online DPO only (config check)
         detector, states = hacking_detector(cfg, stages, i, prev, policy, prm, prm_dir, states, train_tasks,
                                             progress)
     key, meta = run_update(policy, prm, states, c, seed, str(prev), progress=progress, on_log=detector,
-                           steer_frac=cfg.exploration.steer_frac)
+                           steer_frac=cfg.exploration.steer_frac, tasks=train_tasks, max_steps=r.max_steps,
+                           workers=r.workers or 2)
     if detector:
         meta["hacking"] = detector.summary()
     if c.critic == "oracle":

@@ -3,5 +3,6 @@
 The loop, `agentprm eval` and the scripts all search through this package."""
 from agentprm.search.beam import beam_search, play_beam
 from agentprm.search.best_of_n import BestOfNAgent
+from agentprm.search.uniform import UniformCritic
 
-__all__ = ["BestOfNAgent", "beam_search", "play_beam"]
+__all__ = ["BestOfNAgent", "UniformCritic", "beam_search", "play_beam"]
