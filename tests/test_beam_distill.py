@@ -42,6 +42,7 @@ def test_distilling_a_critic_guided_beam_moves_pi_to_the_critics_path(generated_
     assert key == "beam_distill"
     assert meta["search"]["success_rate"] == 1.0 and meta["episodes_kept"] == 2
     assert meta["examples"] == sum(map(len, walks.values()))      # one example per walkthrough step
+    assert 0 < meta["corrections"] <= meta["examples"]             # steps where untrained π's greedy pick differs
     assert meta["history"][-1]["loss"] < meta["history"][0]["loss"]
     first_after = [policy.act([s], [t])[0] for s, t in _first_states(tasks)]
     assert first_after == [walks[t.task_id][0] for t in tasks]

@@ -132,11 +132,18 @@ def test_kl_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
 def test_beam_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
     """policy.method beam-distill: beam search with (π0, Q1) on the train tasks, its episodes distilled into π1."""
     cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
-                      policy={"steps": 2, "batch_size": 4, "method": "beam-distill", "won_only": False})
+                      policy={"steps": 2, "batch_size": 4, "method": "beam-distill", "won_only": False,
+                              "search_tasks": 8})
+    raw = yaml.safe_load(cfg.read_text())
+    raw["tasks"] = {"train": 4, "eval_dir": str(generated_tasks.eval)}      # generated: the search takes 8
+    cfg.write_text(yaml.safe_dump(raw))
     run = tmp_path / "run"
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    train = sorted(p.name for p in (run / "tasks" / "train").iterdir() if p.is_dir())
+    search = sorted(p.name for p in (run / "tasks" / "search").iterdir() if p.is_dir())
+    assert len(train) == 4 and len(search) == 8 and set(train) <= set(search)     # the loop's games among them
     meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["beam_distill"]
-    assert meta["search"]["episodes"] == generated_tasks.num and meta["episodes_kept"] == generated_tasks.num
+    assert meta["search"]["episodes"] == 8 and meta["episodes_kept"] == 8
     assert meta["examples"] >= generated_tasks.num and len(meta["history"]) == 2
     before = (run / "policy_0" / "model.safetensors").read_bytes()
     assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() != before
@@ -209,7 +216,8 @@ def test_config_errors_name_the_field(tmp_path, capsys):
                         ("{algo: grpo, targets: {shaping_alpha: 0.5}}", "targets.shaping_alpha"),
                         ("{algo: sft, hacking: {enabled: true}}", "hacking.enabled"),
                         ("policy: {method: beam-distill, search_width: 0}", "policy.search_width"),
-                        ("{policy: {method: beam-distill}, hacking: {enabled: true}}", "policy.method")):
+                        ("{policy: {method: beam-distill}, hacking: {enabled: true}}", "policy.method"),
+                        ("policy: {search_tasks: 100}", "policy.search_tasks")):
         bad.write_text(text + "\n")
         assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
         err = capsys.readouterr().err

@@ -205,6 +205,10 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.policy.method == "beam-distill" and (cfg.hacking.enabled or cfg.exploration.steer_frac):
         raise UserError(f"{source}: field 'policy.method' beam-distill runs no online DPO: no hacking detector and no "
                         "steered exploration")
+    if cfg.policy.search_tasks and (cfg.policy.method != "beam-distill" or cfg.tasks.train_dir
+                                    or cfg.policy.search_tasks < cfg.tasks.train):
+        raise UserError(f"{source}: field 'policy.search_tasks' is for policy.method beam-distill on a generated train "
+                        f"split, at least tasks.train ({cfg.tasks.train}) games; set it to 0")
     if cfg.policy.critic == "uniform" and cfg.hacking.enabled:
         raise UserError(f"{source}: field 'policy.critic' uniform is a control without a PRM to watch: disable hacking")
     if cfg.policy.critic == "oracle" and (cfg.algo != "agentprm" or cfg.hacking.enabled):

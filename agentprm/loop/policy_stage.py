@@ -34,12 +34,15 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
                                   num_envs=r.num_envs, workers=r.workers, seed=seed)
     else:
         prm = load_prm(prm_dir) if c.critic == "prm" else UniformCritic(seed)
+    search_tasks = train_tasks
+    if c.method == "beam-distill" and c.search_tasks:
+        search_tasks = generated_train_split(cfg, stages, c.search_tasks, progress)
     detector = None
     if cfg.hacking.enabled:   # online DPO only (config check)
         detector, states = hacking_detector(cfg, stages, i, prev, policy, prm, prm_dir, states, train_tasks,
                                             progress)
     key, meta = run_update(policy, prm, states, c, seed, str(prev), progress=progress, on_log=detector,
-                           steer_frac=cfg.exploration.steer_frac, tasks=train_tasks, max_steps=r.max_steps,
+                           steer_frac=cfg.exploration.steer_frac, tasks=search_tasks, max_steps=r.max_steps,
                            workers=r.workers or 2)
     if detector:
         meta["hacking"] = detector.summary()
@@ -47,6 +50,20 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
         meta["oracle_episodes"], meta["oracle_errors"] = prm.episodes, prm.errors   # the bound's price
         prm.close()
     save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **{key: meta})
+
+
+def generated_train_split(cfg: LoopConfig, stages: StageRunner, num: int, progress: bool = True) -> list:
+    """The first `num` games of the run's generated train split (game k does not depend on the split's size, so the
+    loop's `tasks.train` games are among them), as the resumable stage tasks/search."""
+    import os
+
+    from agentprm.envs.alfworld.generate import generate_tasks
+    from agentprm.envs.alfworld.tasks import load_tasks
+
+    folder = stages.run("tasks_search", "tasks/search", lambda out: generate_tasks(
+        out, "train", num, cfg.seed, types=cfg.tasks.types, progress=progress,
+        workers=cfg.rollout.workers or os.cpu_count() or 1))
+    return load_tasks(folder, cfg.tasks.types)
 
 
 def hacking_detector(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, policy, prm, prm_dir: Path,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from agentprm.agent.lm import LMAgent
 from agentprm.data.summary import summarize
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.errors import UserError
@@ -48,7 +49,19 @@ def train_beam_distill(policy, episodes: Sequence[EpisodeRecord], cfg: PolicyUpd
         raise UserError(f"beam-distill: none of the {len(episodes)} search episodes "
                         + ("won" if cfg.won_only else "is usable") + "; nothing to distil")
     examples = make_examples(policy.tokenizer, kept, policy.prompt_cfg)
+    corrections = _corrections(policy, kept) if policy.mode == "choose" else None
     history = train(policy.backend.model, examples, sft_loss, cfg.train_config(len(examples), seed),
                     description="beam-distill", progress=progress, length=lambda e: len(e.input_ids))
     search = {k: v for k, v in summarize(episodes).items() if k not in ("per_task", "by_type")}
-    return history, {"search": search, "episodes_kept": len(kept), "examples": len(examples)}
+    return history, {"search": search, "episodes_kept": len(kept), "examples": len(examples),
+                     "corrections": corrections}
+
+
+def _corrections(policy, episodes: Sequence[EpisodeRecord]) -> int:
+    """How many distilled steps π_{i-1}'s greedy pick disagrees with: where the search teaches something new."""
+    from agentprm.agent.replay import episode_states
+
+    pairs = [(s, reply) for e in episodes for s, reply in episode_states(e)]
+    greedy = LMAgent(policy.backend, policy.tokenizer, policy.prompt_cfg, mode="choose")
+    picks = [a for k in range(0, len(pairs), 64) for a in greedy.act([s for s, _ in pairs[k:k + 64]], [])]
+    return sum(a != reply for a, (_, reply) in zip(picks, pairs))

@@ -28,6 +28,8 @@ class PolicyUpdateConfig:
     search_width: int = 2           # beam-distill: beam width (branches kept per turn)
     search_expand: int = 2          # beam-distill: replies sampled per branch and turn (at `temperature`)
     search_per_task: int = 1        # beam-distill: searches per train task
+    search_tasks: int = 0           # beam-distill: search on the first this-many games of the generated train split
+                                    # (a superset of the loop's train tasks; 0 = the loop's train tasks)
     won_only: bool = True           # beam-distill: imitate the won search episodes only (the train tasks' outcome)
     steps: int = 60                 # optimiser steps, each on `batch_size` rollout states (beam-distill: search steps)
     batch_size: int = 8
