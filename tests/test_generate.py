@@ -12,6 +12,7 @@ from agentprm.envs.alfworld import generate as gen
 from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, AlfWorldEnv
 from agentprm.envs.alfworld.setup import TASK_TYPES
 from agentprm.envs.alfworld.tasks import MANIFEST, load_tasks
+from agentprm.errors import UserError
 
 
 def manifest_rows(folder: Path) -> list[dict]:
@@ -164,3 +165,33 @@ def test_official_layout_is_served(generated_tasks, tmp_path, capsys):
     assert turn.task == by_type[official[0].task_type].goal and turn.admissible
     assert main(["tasks", "list", "--tasks", str(tmp_path)]) == 0
     assert "pick_two_obj_and_place" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda row, outside: {**row, "game": "../" + Path(row["game"]).name}, "outside the tasks folder"),
+    (lambda row, outside: {**row, "game": str(outside)}, "outside the tasks folder"),
+    (lambda row, outside: {**row, "game": "."}, "outside the tasks folder"),
+    (lambda row, outside: {**row, "game": "no-such-game"}, "no game folder"),
+    (lambda row, outside: {**row, "game": 3}, "must be strings"),
+])
+def test_manifest_paths_stay_inside_the_tasks_folder(tmp_path, generated_tasks, edit, message):
+    """A manifest names games inside its own folder: `../`, absolute paths and missing folders are refused (issue
+    17: a game is data of the tasks folder, never a path to elsewhere)."""
+    folder = tmp_path / "tasks"
+    shutil.copytree(generated_tasks.train, folder)
+    rows = manifest_rows(folder)
+    rows[1] = edit(rows[1], generated_tasks.eval.resolve() / Path(rows[1]["game"]).name)
+    (folder / MANIFEST).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(UserError, match=f"{MANIFEST}:2: .*{message}"):
+        load_tasks(folder)
+
+
+def test_manifest_refuses_a_repeated_task_id(tmp_path, generated_tasks):
+    folder = tmp_path / "tasks"
+    shutil.copytree(generated_tasks.train, folder)
+    rows = manifest_rows(folder)
+    rows[2]["task_id"] = rows[0]["task_id"]
+    (folder / MANIFEST).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(UserError, match=f"{MANIFEST}:3: field 'task_id' .* is repeated"):
+        load_tasks(folder)
+    assert len(load_tasks(generated_tasks.train)) == len(rows)      # the intact folder still loads

@@ -66,3 +66,29 @@ def test_sft_command_writes_policy_and_metrics(generated_tasks, tmp_path):
     s = json.loads(path.read_text())
     assert s["steps"] >= 1 and s["loss_curve"] and s["examples"] > 0 and s["seconds"] > 0
     assert (out / "model.safetensors").exists()
+
+
+def test_eval_with_a_broken_game_is_loud(generated_tasks, tmp_path, capsys):
+    """A truncated game file fails its episode: eval shows an errors column and exits 2 (issue 17), unless
+    --max-errors accepts it; the JSON is written either way."""
+    import shutil
+    from pathlib import Path
+
+    from agentprm.envs.alfworld.engine import GAME_FILE
+    from agentprm.envs.alfworld.tasks import load_tasks
+
+    folder = tmp_path / "tasks"
+    shutil.copytree(generated_tasks.eval, folder)
+    broken = load_tasks(folder)[2]
+    game = Path(broken.game) / GAME_FILE
+    game.write_text(game.read_text()[:100])
+    path = tmp_path / "eval.json"
+    argv = ["eval", "--policy", "expert", "--tasks", str(folder), "--workers", "1", "--json", str(path)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()[-1]
+    assert err.startswith(f"error: 1 of {generated_tasks.num} episodes hit an env error") and broken.task_id in err
+    assert "errors" in captured.out
+    s = json.loads(path.read_text())
+    assert s["errors"] == 1 and s["by_type"][broken.task_type]["errors"] == 1
+    assert main(argv + ["--max-errors", "1"]) == 0

@@ -4,6 +4,8 @@ beam search (keep the `--beam-width` best partial episodes by Q every turn). Epi
 play them (the `eval` section's step budget, the `rollout` section's envs)."""
 from __future__ import annotations
 
+import sys
+
 from agentprm.commands.common import add_common, add_config_flags, write_summary
 from agentprm.commands.rollout import add_policy_args, make_agent, play
 from agentprm.errors import require
@@ -20,6 +22,9 @@ def register(sub) -> None:
     p.add_argument("--best-of", type=int, default=1, metavar="N", help="Best-of-N with --prm (default 1: off)")
     p.add_argument("--beam-width", type=int, default=0, metavar="K", help="beam search with --prm (default 0: off)")
     p.add_argument("--beam-expand", type=int, default=4, metavar="M", help="samples per beam branch (default 4)")
+    p.add_argument("--max-errors", type=int, default=0, metavar="N",
+                   help="exit 2 when more than N episodes hit an env error (a broken game, a lost worker); they "
+                        "count as failures in the success rate (default 0)")
     add_common(p)
     p.set_defaults(func=run)
 
@@ -30,6 +35,7 @@ def run(args) -> int:
     require(not searching or args.prm, "--best-of/--beam-width need --prm DIR")
     require(not (args.best_of > 1 and args.beam_width > 0), "choose one of --best-of and --beam-width")
     require(not searching or args.temperature > 0, "--best-of/--beam-width sample replies: pass --temperature > 0")
+    require(args.max_errors >= 0, f"--max-errors must be at least 0 (got {args.max_errors})")
     agent = make_agent(args)
     from agentprm.data.summary import print_table
 
@@ -38,26 +44,32 @@ def run(args) -> int:
 
         prm = load_prm(args.prm)
         if args.beam_width:
-            summary = _beam(args, agent, prm)
+            episodes, summary = _beam(args, agent, prm)
         else:
             from agentprm.search.best_of_n import BestOfNAgent
 
             agent = BestOfNAgent(agent, prm, args.best_of)
-            _, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
+            episodes, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
     else:
-        _, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
+        episodes, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
     summary["policy"] = agent.name
     print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
     write_summary(args, summary)
+    failed = [e for e in episodes if e.error]
+    if len(failed) > args.max_errors:
+        print(f"error: {len(failed)} of {len(episodes)} episodes hit an env error, counted as failures above (first: "
+              f"{failed[0].task_id}: {failed[0].error.splitlines()[0][:200]}); --max-errors {len(failed)} accepts "
+              "them", file=sys.stderr)
+        return 2
     return 0
 
 
-def _beam(args, agent, prm) -> dict:
+def _beam(args, agent, prm) -> tuple[list, dict]:
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.search.beam import play_beam
 
-    _, summary = play_beam(load_tasks(args.tasks), agent, prm, width=args.beam_width, expand=args.beam_expand,
-                           max_steps=args.max_steps, seed=args.seed, workers=args.workers or 2,
-                           per_task=args.episodes_per_task)
+    episodes, summary = play_beam(load_tasks(args.tasks), agent, prm, width=args.beam_width,
+                                  expand=args.beam_expand, max_steps=args.max_steps, seed=args.seed,
+                                  workers=args.workers or 2, per_task=args.episodes_per_task)
     summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
-    return summary
+    return episodes, summary

@@ -25,7 +25,8 @@ def _rate(episodes: Sequence) -> dict:
     n = len(episodes)
     lo, hi = wilson_ci(wins, n)
     return {"success_rate": wins / n if n else 0.0, "ci95": [lo, hi], "episodes": n, "successes": wins,
-            "mean_turns": sum(len(e.steps) for e in episodes) / n if n else 0.0}
+            "mean_turns": sum(len(e.steps) for e in episodes) / n if n else 0.0,
+            "errors": sum(bool(e.error) for e in episodes)}
 
 
 def summarize(episodes: Sequence) -> dict:
@@ -34,7 +35,6 @@ def summarize(episodes: Sequence) -> dict:
     for e in episodes:
         by_type[e.task_type].append(e)
     out = _rate(episodes)
-    out["errors"] = sum(bool(e.error) for e in episodes)
     out["by_type"] = {t: _rate(eps) for t, eps in sorted(by_type.items())}
     out["per_task"] = per_task(episodes)
     return out
@@ -82,11 +82,15 @@ def per_seed_cell(r: dict) -> str:
 
 
 def print_table(summary: dict, title: str = "") -> None:
+    """Success per task type and overall; an `errors` column (episodes whose env failed: a broken game, a lost
+    worker — counted as failures above) whenever there are any."""
     table = Table(title=title)
-    for col in ("task type", "episodes", "success", "95% CI", "mean turns"):
+    errors = bool(summary.get("errors"))
+    for col in ("task type", "episodes", "success", "95% CI", "mean turns") + (("errors",) if errors else ()):
         table.add_column(col, justify="left" if col == "task type" else "right")
     rows = list(summary["by_type"].items()) + [("all", summary)]
     for name, r in rows:
         table.add_row(name, str(r["episodes"]), f"{100 * r['success_rate']:.1f}%",
-                      f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}]", f"{r['mean_turns']:.1f}")
+                      f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}]", f"{r['mean_turns']:.1f}",
+                      *((str(r.get("errors", "?")),) if errors else ()))
     Console().print(table)

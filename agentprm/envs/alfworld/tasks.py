@@ -78,7 +78,18 @@ def _read_manifest(manifest: Path) -> list[TaskSpec]:
         if row["task_type"] not in TASK_TYPES:
             raise UserError(f"{manifest}:{lineno}: field 'task_type' is {row['task_type']!r}, not a known type")
         row = {k: v for k, v in row.items() if k in TaskSpec.__dataclass_fields__}
-        row["game"] = str((manifest.parent / row["game"]).resolve())
+        if not isinstance(row["game"], str) or not isinstance(row["task_id"], str):
+            raise UserError(f"{manifest}:{lineno}: fields 'game' and 'task_id' must be strings")
+        # a game is data of this tasks folder: a path out of it (../, absolute) is refused, not followed
+        folder = manifest.parent.absolute()
+        game = Path(os.path.normpath(folder / row["game"]))
+        if not game.is_relative_to(folder) or game == folder:
+            raise UserError(f"{manifest}:{lineno}: field 'game' {row['game']!r} is outside the tasks folder")
+        if not game.is_dir():
+            raise UserError(f"{manifest}:{lineno}: field 'game': no game folder {row['game']!r}")
+        if any(t.task_id == row["task_id"] for t in tasks):
+            raise UserError(f"{manifest}:{lineno}: field 'task_id' {row['task_id']!r} is repeated")
+        row["game"] = str(game.resolve())
         tasks.append(TaskSpec(**row))
     return tasks
 
