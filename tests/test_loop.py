@@ -15,6 +15,7 @@ import yaml
 
 from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
+from agentprm.eval.paired import row_name
 
 
 def mini_config(tmp_path: Path, generated_tasks, tiny_policy, **over) -> Path:
@@ -23,7 +24,7 @@ def mini_config(tmp_path: Path, generated_tasks, tiny_policy, **over) -> Path:
            "policy0": {"path": str(tiny_policy)},
            "rollout": {"per_task": 2, "max_steps": 4, "num_envs": 4, "workers": 2},
            "prm": {"epochs": 1}, "policy": {"steps": 2, "batch_size": 4},
-           "eval": {"max_steps": 4, "best_of_n": [2]}, **over}
+           "eval": {"max_steps": 4, "best_of_n": [2], "beam_expand": 1}, **over}
     path = tmp_path / "mini.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -58,7 +59,7 @@ def test_mini_loop_killed_then_resumed_end_to_end(tmp_path, generated_tasks, tin
 
 def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_tasks, tiny_policy):
     run = tmp_path / "run"
-    one = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []})
+    one = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})
     assert main(["loop", "--config", str(one), "--run-dir", str(run)]) == 0
     done = {p.name: p.read_text() for p in (run / ".stages").iterdir()}
     policy1 = (run / "iter_1" / "policy" / "model.safetensors").read_bytes()
@@ -67,7 +68,7 @@ def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_
     two.write_text(yaml.safe_dump({**cfg, "iterations": 2}))
     assert main(["loop", "--config", str(two), "--run-dir", str(run), "--resume"]) == 0
     rows = json.loads((run / "results.json").read_text())["rows"]
-    assert [(r["policy"], r["iteration"]) for r in rows] == [("pi0", 0), ("pi1", 1), ("pi2", 1 + 1)]
+    assert [(r["policy"], r["iteration"]) for r in rows if r["best_of_n"] == 1] == [("pi0", 0), ("pi1", 1), ("pi2", 2)]
     # iteration 1 was not redone: same markers (their recorded seconds too), same π1 weights
     assert all((run / ".stages" / name).read_text() == text for name, text in done.items())
     assert (run / "iter_1" / "policy" / "model.safetensors").read_bytes() == policy1
@@ -83,23 +84,25 @@ def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_
 def check_run(run: Path, tiny_policy: Path) -> None:
     results = json.loads((run / "results.json").read_text())
     rows = results["rows"]
-    assert [(r["policy"], r["iteration"], r["best_of_n"]) for r in rows] == [("pi0", 0, 1), ("pi1", 1, 1),
-                                                                             ("pi1", 1, 2)]
+    assert [(r["policy"], r["iteration"], r["best_of_n"], r.get("search")) for r in rows] == [
+        ("pi0", 0, 1, None), ("pi1", 1, 1, None), ("pi1", 1, 2, None), ("pi1", 1, 2, "beam2x1")]
     for r in rows:
         assert r["episodes"] == 6 and r["ci95"][0] <= r["success_rate"] <= r["ci95"][1]
     assert results["wall_seconds"] > 0 and results["config"]["rollout"]["per_task"] == 2
     # paired differences of the rows they claim to beat, on the same 6 eval tasks
     comps = {(c["a"], c["b"]): c for c in results["comparisons"]}
-    assert set(comps) == {("pi1", "pi0"), ("pi1+bon2", "pi1")}
+    assert set(comps) == {("pi1", "pi0"), ("pi1+bon2", "pi1"), ("pi1+beam2x1", "pi1"), ("pi1+beam2x1", "pi1+bon2")}
     for (a, b), c in comps.items():
-        ra, rb = (next(r for r in rows if (r["policy"], r["best_of_n"]) == key) for key in (
-            (a.split("+")[0], 2 if "bon" in a else 1), (b, 1)))
+        ra, rb = (next(r for r in rows if row_name(r) == name) for name in (a, b))
         assert c["delta"] == pytest.approx(ra["success_rate"] - rb["success_rate"]) and c["episodes"] == 6
         assert c["ci95"][0] <= c["delta"] <= c["ci95"][1] and c["a_best_of_n"] == ra["best_of_n"]
     assert "Paired differences" in (run / "report.md").read_text()
     for png in ("success_vs_iteration", "best_of_n", "prm_score_vs_success"):
         assert (run / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| pi1 | 1 | 2 |" in (run / "report.md").read_text()
+    assert "| pi1 | 1 | BoN-2 |" in (run / "report.md").read_text()
+    assert "| pi1 | 1 | beam 2x1 |" in (run / "report.md").read_text()
+    beam = json.loads((run / "evals" / "pi1_beam2x1.json").read_text())
+    assert beam["episodes"] == 6 and beam["policy_samples"] > 0 and beam["env_steps"] >= 6
     assert yaml.safe_load((run / "config.yaml").read_text())["policy0"]["path"] == str(tiny_policy)
     policy_meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())
     assert policy_meta["online_dpo"]["reference"].endswith("policy_0")
@@ -107,7 +110,7 @@ def check_run(run: Path, tiny_policy: Path) -> None:
 
 def test_oracle_critic_with_distinct_samples_drives_the_update(tmp_path, generated_tasks, tiny_policy):
     """policy.critic: oracle ranks the DPO samples by greedy continuations of π0 in the simulator (a bound)."""
-    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0},
                       policy={"steps": 2, "batch_size": 4, "critic": "oracle", "distinct": True})
     run = tmp_path / "run"
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
@@ -118,7 +121,7 @@ def test_oracle_critic_with_distinct_samples_drives_the_update(tmp_path, generat
 
 
 def test_kl_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
-    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0},
                       policy={"steps": 2, "batch_size": 4, "method": "kl-distill", "beta": 0.1, "candidates": 3})
     run = tmp_path / "run"
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
@@ -131,7 +134,7 @@ def test_kl_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
 
 def test_beam_distill_update_in_the_loop(tmp_path, generated_tasks, tiny_policy):
     """policy.method beam-distill: beam search with (π0, Q1) on the train tasks, its episodes distilled into π1."""
-    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0},
                       policy={"steps": 2, "batch_size": 4, "method": "beam-distill", "won_only": False,
                               "search_tasks": 8})
     raw = yaml.safe_load(cfg.read_text())
@@ -153,7 +156,7 @@ def test_continuation_targets_give_same_state_alternatives(tmp_path, generated_t
     """targets.source continuation: π0's top commands at sampled rollout states, each played out by greedy π0."""
     from agentprm.data.tables import read_targets
 
-    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": []},
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0},
                       targets={"source": "continuation", "continuation_states": 5, "continuation_candidates": 2})
     run = tmp_path / "run"
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
@@ -176,7 +179,7 @@ def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks,
     from agentprm.targets.mc import targets_from_rollouts
 
     cfg = mini_config(tmp_path, generated_tasks, tiny_policy, targets={"shaping_alpha": 0.5},
-                      eval={"max_steps": 4, "best_of_n": []})
+                      eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})
     run = tmp_path / "run"
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
     assert (run / "shaping" / "value").is_dir()

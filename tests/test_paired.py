@@ -106,6 +106,15 @@ def test_loop_rows_give_the_claimed_comparisons():
     assert comparisons({0: old}) == []
 
 
+def test_a_beam_row_is_compared_with_its_policy_and_with_best_of_n_at_equal_samples():
+    beam = {**_row("pi1", 1, 4, [1, 1, 1, 0]), "search": "beam2x2"}
+    rows = [_row("pi0", 0, 1, [1, 0, 0, 1]), _row("pi1", 1, 1, [1, 0, 0, 0]), _row("pi1", 1, 4, [1, 1, 0, 0]), beam,
+            {**_row("pi1", 1, 8, [1, 1, 1, 1]), "search": "beam2x4"}]      # no BoN-8 row: compared with π1 only
+    got = {(c["a"], c["b"]): c["delta"] for c in comparisons({0: rows}, resamples=200)}
+    assert got == {("pi1", "pi0"): -0.25, ("pi1+bon4", "pi1"): 0.25, ("pi1+beam2x2", "pi1"): 0.5,
+                   ("pi1+beam2x2", "pi1+bon4"): 0.25, ("pi1+beam2x4", "pi1"): 0.75}
+
+
 def test_sweep_compares_each_variant_with_the_first_on_the_same_tasks():
     from agentprm.loop.sweep import sweep_comparisons
 

@@ -55,18 +55,18 @@ def run_quickstart(args) -> int:
 def print_results(rows: list[dict], title: str, comparisons: list[dict] = ()) -> None:
     """The rows, each with its paired difference to the row it claims to beat (eval/paired.py); a difference whose
     CI includes 0 is marked as not resolved, so the table never implies an improvement it cannot see."""
-    from agentprm.eval.paired import delta_cell, resolved, row_name
+    from agentprm.eval.paired import delta_cell, resolved, row_name, search_cell
 
     against: dict[str, dict] = {}   # a row's first claim: π_i vs π_{i-1}, a search vs its policy
     for c in comparisons:
         against.setdefault(c["a"], c)
     table = Table(title=title)
-    for col in ("policy", "BoN", "success", "95% CI", "eps", "Δ vs", "paired Δ [95% CI]", "≠ 0"):
+    for col in ("policy", "acts by", "success", "95% CI", "eps", "Δ vs", "paired Δ [95% CI]", "≠ 0"):
         table.add_column(col, justify="right", no_wrap=col.startswith("paired"))
     for r in rows:
         lo, hi = r["ci95"]
         c = against.get(row_name(r))
-        table.add_row(r["policy"], str(r["best_of_n"]), f"{100 * r['success_rate']:.1f}%",
+        table.add_row(r["policy"], search_cell(r), f"{100 * r['success_rate']:.1f}%",
                       f"[{100 * lo:.0f}, {100 * hi:.0f}]", str(r["episodes"]), c["b"] if c else "",
                       delta_cell(c) if c else "", ("yes" if resolved(c) else "no") if c else "")
     console = Console()

@@ -50,17 +50,23 @@ def per_task(episodes: Sequence) -> dict[str, list[int]]:
     return out
 
 
-RESULT_KEY = ("policy", "iteration", "best_of_n")  # what identifies a row of a loop's results.json
+RESULT_KEY = ("policy", "iteration", "best_of_n", "search")  # what identifies a row of a loop's results.json
+
+
+def row_key(r: dict) -> tuple:
+    """A results row's RESULT_KEY values; `search` is "" for greedy and Best-of-N rows ("beam2x2" for beam search),
+    and absent from rows written before beam rows existed."""
+    return tuple(r.get(k, "") for k in RESULT_KEY)
 
 
 def pooled_rows(per_seed: dict[int, list[dict]], key: Sequence[str] = RESULT_KEY) -> list[dict]:
     """Rows (`success_rate`, `episodes`) of several seeds' runs pooled per value of the `key` fields (default: a
     results row's policy, iteration, Best-of-N): episodes added up, Wilson CI over all of them, and each seed's own
-    rate kept (`per_seed`). Groups come in the order they first appear."""
+    rate kept (`per_seed`). Groups come in the order they first appear; a key field a row lacks counts as ""."""
     groups: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
     for seed, rows in sorted(per_seed.items()):
         for r in rows:
-            groups[tuple(r[k] for k in key)].append((seed, r))
+            groups[tuple(r.get(k, "") for k in key)].append((seed, r))
     out = []
     for values, items in groups.items():
         wins = sum(round(r["success_rate"] * r["episodes"]) for _, r in items)

@@ -55,28 +55,43 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
 
 def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     """(row, the row it claims to beat) for a loop's rows: π_i vs π_{i-1} and, from i = 2 on, vs π0; every
-    Best-of-N row vs its own greedy policy."""
+    Best-of-N or beam row vs its own greedy policy, and a beam row also vs Best-of-N with as many samples per
+    turn."""
     greedy = {r["iteration"]: r for r in rows if r["best_of_n"] == 1}
+    bon = {(r["iteration"], r["best_of_n"]): r for r in rows if r["best_of_n"] > 1 and not r.get("search")}
     pairs = []
     for r in rows:
         i = r["iteration"]
         if r["best_of_n"] == 1:
             pairs += [(r, greedy[j]) for j in dict.fromkeys((i - 1, 0)) if i >= 1 and j in greedy]
-        elif i in greedy:
+            continue
+        if i in greedy:
             pairs.append((r, greedy[i]))
+        if r.get("search") and (i, r["best_of_n"]) in bon:
+            pairs.append((r, bon[i, r["best_of_n"]]))
     return pairs
 
 
+def search_cell(r: dict) -> str:
+    """How a row acts: "greedy", "BoN-4" or "beam 2x2" (samples per turn for the two searches)."""
+    if r.get("search"):
+        return r["search"].replace("beam", "beam ")
+    return f"BoN-{r['best_of_n']}" if r["best_of_n"] > 1 else "greedy"
+
+
 def row_name(r: dict) -> str:
-    """"pi1", "pi1+bon4": how tables name a row."""
+    """"pi1", "pi1+bon4", "pi1+beam2x2": how tables name a row."""
+    if r.get("search"):
+        return f"{r['policy']}+{r['search']}"
     return r["policy"] + (f"+bon{r['best_of_n']}" if r["best_of_n"] > 1 else "")
 
 
 def comparisons(per_seed_rows: Mapping[int, list[dict]], resamples: int = RESAMPLES) -> list[dict]:
     """The paired comparisons a loop's rows claim (claimed_pairs), pooled over seeds: rows are matched across seeds
-    by (policy, iteration, Best-of-N). Rows without per-task outcomes (evals written by older versions)
+    by (policy, iteration, Best-of-N, search). Rows without per-task outcomes (evals written by older versions)
     are skipped."""
-    key = lambda r: (r["policy"], r["iteration"], r["best_of_n"])  # noqa: E731
+    from agentprm.data.summary import row_key as key
+
     by_key: dict[tuple, dict[int, dict]] = {}
     for seed, rows in per_seed_rows.items():
         for r in rows:

@@ -61,7 +61,9 @@ class EvalConfig:
     episodes_per_task: int = 1      # eval episodes per eval task
     max_steps: int = 30             # step budget per eval episode
     best_of_n: list[int] = field(default_factory=lambda: [4])   # Best-of-N with Q_i after each iteration
-    bon_temperature: float = 0.7
+    bon_temperature: float = 0.7    # sampling temperature of Best-of-N and beam search
+    beam_width: int = 2             # beam search with (π_i, Q_i) after each iteration: branches kept (0 = off)
+    beam_expand: int = 2            # replies sampled per branch and turn (width·expand samples a turn, as Best-of-4)
 
 
 @dataclass
@@ -180,10 +182,15 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
         if getattr(getattr(cfg, section), name) and cfg.algo in ALGORITHMS and cfg.algo not in algos:
             raise UserError(f"{source}: field '{path}' applies to algo {' / '.join(algos)}; algo {cfg.algo} would "
                             "ignore it (remove it)")
+    if cfg.eval.beam_width and cfg.eval.beam_width * cfg.eval.beam_expand < 2:   # 1x1 would be one sampled reply
+        raise UserError(f"{source}: field 'eval.beam_width' × 'eval.beam_expand' must be at least 2 samples per turn "
+                        f"(or beam_width 0: off), got {cfg.eval.beam_width} × {cfg.eval.beam_expand}")
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
     for path, value, least in (("rollout.branches", cfg.rollout.branches, 0),
                                ("rollout.branch_probe", cfg.rollout.branch_probe, 1),
+                               ("eval.beam_width", cfg.eval.beam_width, 0),
+                               ("eval.beam_expand", cfg.eval.beam_expand, 1),
                                ("policy.search_width", cfg.policy.search_width, 1),
                                ("policy.search_expand", cfg.policy.search_expand, 1),
                                ("policy.search_per_task", cfg.policy.search_per_task, 1)):

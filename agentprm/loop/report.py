@@ -11,13 +11,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from agentprm.data.summary import rate_cells  # noqa: E402
-from agentprm.eval.paired import comparisons_table  # noqa: E402
+from agentprm.eval.paired import comparisons_table, search_cell  # noqa: E402
 from agentprm.io import atomic_path, write_text  # noqa: E402
 
 
 def results_table(rows: list[dict]) -> str:
-    lines = ["| policy | iteration | Best-of-N | success % | 95% CI | episodes |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['policy']} | {r['iteration']} | {r['best_of_n']} | {rate_cells(r)} |" for r in rows]
+    lines = ["| policy | iteration | acts by | success % | 95% CI | episodes |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['policy']} | {r['iteration']} | {search_cell(r)} | {rate_cells(r)} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -39,9 +39,10 @@ def plot_success(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     greedy = [r for r in rows if r["best_of_n"] == 1]
     errorbar_ci(ax, [r["iteration"] for r in greedy], greedy, label="policy π_i (greedy)")
-    for n in sorted({r["best_of_n"] for r in rows} - {1}):
-        bon = [r for r in rows if r["best_of_n"] == n]
-        errorbar_ci(ax, [r["iteration"] + 0.05 for r in bon], bon, label=f"Best-of-{n} with Q_i", linestyle="--")
+    for label in dict.fromkeys(search_cell(r) for r in rows if r["best_of_n"] > 1):
+        searched = [r for r in rows if search_cell(r) == label]
+        errorbar_ci(ax, [r["iteration"] + 0.05 for r in searched], searched, label=f"{label} with Q_i",
+                    linestyle="--")
     ax.set(xlabel="iteration", ylabel="success % (95% CI)", title="Success vs iteration", ylim=(0, 100))
     ax.set_xticks(sorted({r["iteration"] for r in rows}))
     ax.legend(fontsize=8)
@@ -50,7 +51,7 @@ def plot_success(rows: list[dict], path: Path) -> None:
 
 def plot_best_of_n(rows: list[dict], path: Path) -> None:
     last = max(r["iteration"] for r in rows)
-    pts = sorted((r for r in rows if r["iteration"] == last), key=lambda r: r["best_of_n"])
+    pts = sorted((r for r in rows if r["iteration"] == last and not r.get("search")), key=lambda r: r["best_of_n"])
     fig, ax = plt.subplots(figsize=(5, 3.5))
     errorbar_ci(ax, [r["best_of_n"] for r in pts], pts)
     ax.set_xscale("log", base=2)

@@ -99,20 +99,30 @@ class Loop:
 
         train_sft(self.demos(train_tasks), out, self.cfg.policy0.sft, seed=self.cfg.seed, progress=self.progress)
 
-    def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1) -> dict:
+    def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1, beam=None) -> dict:
+        """The eval stage evals/<name>.json and its results row: `agent()` played greedily (or as Best-of-N), or with
+        `beam` = (width, expand) beam search with the critic `agent()` returns as (generator, critic)."""
         from agentprm.rollout.play import play_tasks
+        from agentprm.search import play_beam
 
-        c = self.cfg.eval
+        c, seed = self.cfg.eval, self.cfg.seed + 1000
 
         def build(out: Path) -> None:
-            _, summary = play_tasks(agent(), eval_tasks, per_task=c.episodes_per_task, seed=self.cfg.seed + 1000,
-                                    max_steps=c.max_steps, tag=f"eval-{name}", num_envs=self.cfg.rollout.num_envs,
-                                    workers=self.cfg.rollout.workers, progress=self.progress)
+            if beam:
+                (width, expand), (gen, critic) = beam, agent()
+                _, summary = play_beam(eval_tasks, gen, critic, width=width, expand=expand, max_steps=c.max_steps,
+                                       seed=seed, workers=min(2, self.cfg.rollout.workers or 2),
+                                       per_task=c.episodes_per_task)
+            else:
+                _, summary = play_tasks(agent(), eval_tasks, per_task=c.episodes_per_task, seed=seed,
+                                        max_steps=c.max_steps, tag=f"eval-{name}", num_envs=self.cfg.rollout.num_envs,
+                                        workers=self.cfg.rollout.workers, progress=self.progress)
             write_json(out, summary)
 
         summary = json.loads(self.stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
-        policy = name.split("_bon")[0]
+        policy = name.split("_")[0]
         self.rows.append({"policy": policy, "iteration": iteration, "best_of_n": best_of_n,
+                          **({"search": f"beam{beam[0]}x{beam[1]}"} if beam else {}),
                           "success_rate": summary["success_rate"], "ci95": summary["ci95"],
                           "episodes": summary["episodes"], "by_type": summary["by_type"],
                           **({"per_task": summary["per_task"]} if "per_task" in summary else {})})
@@ -148,20 +158,28 @@ class Loop:
         return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)
 
     def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
-        """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` (when there is a PRM)."""
+        """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` and beam search (π_i, Q_i) with
+        `eval.beam_width` × `eval.beam_expand` (when there is a PRM)."""
         from agentprm.agent.lm import LMAgent
         from agentprm.prm.loading import load_prm
         from agentprm.search.best_of_n import BestOfNAgent
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
         self.evaluate(f"pi{i}", lambda: LMAgent.load(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
-        for n in self.cfg.eval.best_of_n if prm_dir is not None else ():
-            def bon(n=n):
-                gen = LMAgent.load(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
-                                   name=f"pi{i}")
-                return BestOfNAgent(gen, load_prm(prm_dir), n)
+        if prm_dir is None:
+            return
 
-            self.evaluate(f"pi{i}_bon{n}", bon, eval_tasks, i, best_of_n=n)
+        def sampler() -> LMAgent:
+            return LMAgent.load(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
+                                name=f"pi{i}")
+
+        for n in self.cfg.eval.best_of_n:
+            self.evaluate(f"pi{i}_bon{n}", lambda n=n: BestOfNAgent(sampler(), load_prm(prm_dir), n), eval_tasks, i,
+                          best_of_n=n)
+        w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
+        if w:
+            self.evaluate(f"pi{i}_beam{w}x{e}", lambda: (sampler(), load_prm(prm_dir)), eval_tasks, i,
+                          best_of_n=w * e, beam=(w, e))
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:

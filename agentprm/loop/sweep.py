@@ -175,8 +175,9 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
     variant's last π, and beam vs Best-of-N."""
     from agentprm.eval.paired import comparisons, paired_difference, row_name
 
+    from agentprm.data.summary import row_key as key
+
     label = lambda name, r: f"{name}: {row_name(r)}" if name else row_name(r)  # noqa: E731
-    key = lambda r: (r["policy"], r["iteration"], r["best_of_n"])  # noqa: E731
     out: list[dict] = []
 
     def add(a: tuple[str, dict[int, dict]], b: tuple[str, dict[int, dict]]) -> None:
@@ -193,12 +194,13 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
     def row(name: str, k: tuple) -> tuple[str, dict[int, dict]]:
         per_seed = summary[name]["per_seed"]
         found = {s: next((r for r in rows if key(r) == k), None) for s, rows in per_seed.items()}
-        return label(name, {"policy": k[0], "best_of_n": k[2]}), found
+        return label(name, {"policy": k[0], "best_of_n": k[2], "search": k[3]}), found
 
     def last(name: str) -> tuple[str, dict[int, dict]]:
         rows = next(iter(summary[name]["per_seed"].values()))
         top = max(r["iteration"] for r in rows)
-        return row(name, next(key(r) for r in rows if r["iteration"] == top and r["best_of_n"] == 1))
+        return row(name, next(key(r) for r in rows if r["iteration"] == top and r["best_of_n"] == 1
+                              and not r.get("search")))
 
     for name, done in summary.items():
         out += [{**c, "a": f"{name}: {c['a']}" if name else c["a"], "b": f"{name}: {c['b']}" if name else c["b"]}
@@ -226,17 +228,17 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
     `paper`: those that run AgentPRM), the test-time search rows, the paired differences."""
     paper = set(paper)
     from agentprm.data.summary import per_seed_cell, rate_cells
-    from agentprm.eval.paired import comparisons_table
+    from agentprm.eval.paired import comparisons_table, search_cell
 
     lines = [f"`{source}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall s = the runs' stage "
              "seconds summed over seeds; own s = without the stages copied from another variant.", "",
-             "| variant | policy | Best-of-N | success % | 95% CI | episodes | per seed % |"
+             "| variant | policy | acts by | success % | 95% CI | episodes | per seed % |"
              + (" paper % |" if paper else "") + " wall s | own s |",
              "|---|---|---|---|---|---|---|" + ("---|" if paper else "") + "---|---|"]
     for name, done in summary.items():
         for r in done["rows"]:
-            cell = PAPER.get((r["policy"], r["best_of_n"]), "") if name in paper else ""
-            lines.append(f"| {name or '—'} | {r['policy']} | {r['best_of_n']} | {rate_cells(r)} | {per_seed_cell(r)} |"
+            cell = PAPER.get((r["policy"], r["best_of_n"]), "") if name in paper and not r.get("search") else ""
+            lines.append(f"| {name or '—'} | {r['policy']} | {search_cell(r)} | {rate_cells(r)} | {per_seed_cell(r)} |"
                          + (f" {cell} |" if paper else "") + f" {done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |")
     if search:
         lines += ["", "| test-time search (samples per turn) | success % | 95% CI | episodes | per seed % |",
