@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from agentprm import __version__
@@ -24,11 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_libraries() -> None:
-    """Our own progress bars and tables are the output; transformers' per-load bars and reports are noise."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
+    """Our own progress bars and tables are the output; transformers' per-load bars and reports are noise. Said
+    through the environment when transformers is not loaded yet, so that commands without a model never load it."""
+    if "transformers" not in sys.modules:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         return
+    from transformers.utils import logging as hf_logging
+
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 

@@ -40,6 +40,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(tmp)
 
 
+def atomic_leftovers(path: str | os.PathLike) -> list[Path]:
+    """The temp files and folders `atomic_path`/`atomic_dir` leave beside `path` when the process is killed inside
+    the block (".<name>.<random>.tmp", and ".<name>.<random>.old" of a replace): a whole model copy each."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    return sorted(p for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.")
+                  and p.name.endswith((".tmp", ".old")))
+
+
 def check_replaceable(path: str | os.PathLike) -> None:
     """A UserError unless `path` is absent, an empty folder, or a model folder agentprm wrote (it holds
     agentprm.json): an output folder replaces only what the project wrote, never a user's files."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentprm.envs.alfworld import speedups
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
@@ -89,11 +90,48 @@ def test_sas_disk_cache_is_written_then_read_with_identical_transcripts(games, t
     first = fresh_process_transcripts(games, tmp_path / "first.json", fast=True, sas_cache=cache)
     files = sorted(cache.glob("*.sas"))
     assert len(files) == 2 * len(games)  # per game: the plain and the optimised translation
-    stamps = [f.stat().st_mtime_ns for f in files]
+    stamps = [(f.stat().st_ino, f.read_bytes()) for f in files]
     second = fresh_process_transcripts(games, tmp_path / "second.json", fast=True, sas_cache=cache)
     assert second == first
-    assert [f.stat().st_mtime_ns for f in sorted(cache.glob("*.sas"))] == stamps  # read, not rewritten
+    assert [(f.stat().st_ino, f.read_bytes()) for f in sorted(cache.glob("*.sas"))] == stamps  # read, not rewritten
     assert first == [transcript(g, fast=True) for g in games]
+
+
+class _FakeFastDownward:
+    calls = 0
+
+    @classmethod
+    def pddl2sas(cls, domain, problem, verbose=False, optimize=False):
+        cls.calls += 1
+        return "task", f"begin_version\n3\nend_version\n{problem}\n"
+
+
+def test_a_corrupt_sas_cache_entry_is_translated_again_not_failed_on(tmp_path, monkeypatch):
+    """Issue 17: a truncated or corrupt entry used to make every episode of its game fail until someone deleted it."""
+    monkeypatch.setenv("AGENTPRM_SAS_CACHE", str(tmp_path))
+    _FakeFastDownward.calls = 0
+    task, sas = speedups._translate_via_disk(_FakeFastDownward, "(domain)", "(problem p)", False, False)
+    [entry] = list(tmp_path.iterdir())
+    assert entry.name.endswith(speedups.SAS_SUFFIX) and entry.read_text().endswith(sas)
+    entry.write_text(entry.read_text()[:-8])                       # truncated
+    assert speedups._read_entry(entry) is None and not entry.exists()
+    again = speedups._translate_via_disk(_FakeFastDownward, "(domain)", "(problem p)", False, False)
+    assert again == (task, sas) and _FakeFastDownward.calls == 2 and speedups._read_entry(entry) == sas
+
+
+def test_the_sas_cache_is_bounded_least_recently_used_first(tmp_path):
+    sizes = {}
+    for k in range(6):
+        p = tmp_path / f"{k:064x}{speedups.SAS_SUFFIX}"
+        p.write_bytes(b"x" * 1000)
+        os.utime(p, (1000 + k, 1000 + k))                        # k = 0 is the least recently used
+        sizes[p.name] = 1000
+    other = tmp_path / "notes.sas"                                 # not an entry of ours: never deleted
+    other.write_bytes(b"y" * 5000)
+    assert speedups.bound_cache(tmp_path, limit=10_000) == 0       # 6,000 bytes of entries: within the bound
+    assert speedups.bound_cache(tmp_path, limit=4_000) == 3        # down to 90% of the limit: 3,000 bytes left
+    assert sorted(p.name[:64] for p in tmp_path.glob("0*")) == [f"{k:064x}" for k in (3, 4, 5)]
+    assert other.exists()
 
 
 def test_closed_envs_hand_their_fast_downward_library_to_the_next(games, tmp_path):

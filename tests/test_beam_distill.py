@@ -10,7 +10,8 @@ import torch
 from agentprm.agent.lm import LMAgent
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
-from agentprm.policy.update import PolicyUpdateConfig, run_update
+from agentprm.policy.config import PolicyUpdateConfig
+from agentprm.policy.update import run_update
 from agentprm.search import UniformCritic
 
 

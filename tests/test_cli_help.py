@@ -25,3 +25,31 @@ def test_command_help(name, capsys):
         main([name, "--help"])
     assert e.value.code == 0
     assert f"usage: agentprm {name}" in capsys.readouterr().out
+
+
+def test_help_and_model_free_commands_import_neither_torch_nor_transformers(tmp_path):
+    """Issue 15: `--help` of every command and the commands that need no model start without torch/transformers
+    (~9 s of imports before; bench/cli_startup.py measures it)."""
+    import subprocess
+    import sys
+
+    from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
+
+    episodes = [EpisodeRecord(f"e{k}", "t0", "pick_and_place_simple", "put some apple on cabinet.", "synthetic", 0,
+                              [StepRecord(0, "You are in a room.", (), "look", float(k), True, bool(k))])
+                for k in (0, 1)]
+    rollouts = write_episodes_file(tmp_path / "rollouts.parquet", episodes)
+    script = f"""
+import sys
+from agentprm.cli import build_parser, main
+parser = build_parser()
+for name in {commands()!r}:
+    try:
+        main([name, "--help"])
+    except SystemExit:
+        pass
+assert main(["targets", "mc", "--rollouts", {str(rollouts)!r}, "--out", {str(tmp_path / "q.parquet")!r}]) == 0
+print(sorted(m for m in ("torch", "transformers", "peft", "accelerate") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -15,8 +15,9 @@ from agentprm.models import build_model
 from agentprm.policy.hacking import (HackingConfig, HackingDetector, HackingWarning, ProbeResult, hold_out,
                                      returns_to_go)
 from agentprm.policy.online_dpo import train_online_dpo
-from agentprm.policy.update import PolicyUpdateConfig
-from agentprm.train.core import TrainConfig, train
+from agentprm.policy.config import PolicyUpdateConfig
+from agentprm.train.config import TrainConfig
+from agentprm.train.core import train
 
 COMMANDS = ("look", "inventory", "help", "go to desk 1")
 HACK = "inventory"   # in the probe test: a reply Q_i ranks low

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 import yaml
 
 from agentprm.prm.inverse import inverse_prm_loss, make_loss_fn, transition_deltas
-from agentprm.train.core import TrainConfig, train
+from agentprm.train.config import TrainConfig
+from agentprm.train.core import train
 
 N_STATES, N_ACTIONS, EXPERT_ACTION = 5, 3, 0
 SHORT_TYPES = ("pick_and_place_simple", "look_at_obj_in_light")   # the fixture's shortest expert demos (5, 7 steps)
@@ -112,7 +113,7 @@ def mini_inverse_config(tmp_path, generated_tasks, tiny_policy, **over) -> Path:
            "rollout": {"per_task": 2, "max_steps": 4, "num_envs": 4, "workers": 2},
            "inverse_prm": {"epochs": 1, "batch_size": 16}, "policy": {"steps": 2, "batch_size": 4},
            "exploration": {"reset_frac": 0.5, "steer_frac": 0.5},
-           "eval": {"max_steps": 4, "best_of_n": [2]}, **over}
+           "eval": {"max_steps": 4, "best_of_n": [2], "beam_width": 0}, **over}
     path = tmp_path / "mini.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -12,7 +12,7 @@ from agentprm.agent.encoding import prompt_ids
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.state import AgentState
 from agentprm.policy.kl_distill import tilted_target, train_kl_distill
-from agentprm.policy.update import PolicyUpdateConfig
+from agentprm.policy.config import PolicyUpdateConfig
 
 
 def test_tilted_target_values():

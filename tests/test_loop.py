@@ -305,3 +305,56 @@ def test_one_writer_per_run_folder(tmp_path):
             with run_lock(tmp_path):
                 pass
     assert not lock.exists()
+
+
+def test_a_rerun_stage_removes_the_temp_copies_a_kill_left(tmp_path):
+    """A kill inside an atomic write (e.g. saving a policy into iter_1/policy.partial) leaves hidden temp copies
+    beside the stage output; the rerun removes them (issue 17), and nothing else in the folder."""
+    from agentprm.io import atomic_dir
+    from agentprm.loop.stages import StageRunner
+
+    run = tmp_path / "run"
+    (run / "iter_1").mkdir(parents=True)
+    leftovers = [run / "iter_1" / ".policy.partial.k3j2.tmp", run / "iter_1" / ".policy.x9.tmp",
+                 run / "iter_1" / ".policy.partial.a1.old"]
+    for p in leftovers:
+        p.mkdir()
+        (p / "model.safetensors").write_bytes(b"0" * 1024)
+    mine = run / "iter_1" / ".policy-notes.tmp"           # not ours: a different name
+    mine.write_text("keep me")
+
+    def build(out: Path) -> None:
+        with atomic_dir(out) as tmp:
+            (tmp / "agentprm.json").write_text("{}")
+
+    out = StageRunner(run, resume=True).run("iter_1/policy", "iter_1/policy", build)
+    assert (out / "agentprm.json").exists()
+    assert not any(p.exists() for p in leftovers) and mine.read_text() == "keep me"
+    assert sorted(p.name for p in (run / "iter_1").iterdir()) == [".policy-notes.tmp", "policy"]
+
+
+def test_a_broken_eval_game_fails_its_stage_unless_allowed(tmp_path, generated_tasks, tiny_policy, capsys):
+    """Issue 17: a game that cannot be played fails the loop's stage (one line, exit 2, not marked complete)
+    instead of scoring as an ordinary failure; rollout.max_errors accepts it, and the resume plays on."""
+    import shutil
+
+    from agentprm.envs.alfworld.engine import GAME_FILE
+    from agentprm.envs.alfworld.tasks import load_tasks
+
+    evals = tmp_path / "eval"
+    shutil.copytree(generated_tasks.eval, evals)
+    game = Path(load_tasks(evals)[1].game) / GAME_FILE
+    game.write_text(game.read_text()[:100])
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})
+    raw = yaml.safe_load(cfg.read_text())
+    raw["tasks"]["eval_dir"] = str(evals)
+    cfg.write_text(yaml.safe_dump(raw))
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "stage eval_pi0: 1 of 6 episodes hit an env error" in err and "rollout.max_errors" in err
+    assert not (run / ".stages" / "eval_pi0.done").exists() and not (run / "evals" / "pi0.json").exists()
+    raw["rollout"]["max_errors"] = 1
+    cfg.write_text(yaml.safe_dump(raw))
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run), "--resume"]) == 0
+    assert json.loads((run / "evals" / "pi0.json").read_text())["errors"] == 1

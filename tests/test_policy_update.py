@@ -14,7 +14,7 @@ from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.models import build_model
 from agentprm.policy.online_dpo import dpo_loss, train_online_dpo
-from agentprm.policy.update import PolicyUpdateConfig
+from agentprm.policy.config import PolicyUpdateConfig
 from agentprm.search.best_of_n import BestOfNAgent
 
 

@@ -13,7 +13,7 @@ from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.models import build_model
 from agentprm.prm.pqm import PQMLoss, first_error_index, pqm_loss, pqm_trajectories
 from agentprm.prm.prime import ImplicitPRM, prime_loss, train_prime
-from agentprm.train.core import TrainConfig
+from agentprm.train.config import TrainConfig
 
 
 def nll(x: float, *others: float) -> float:
@@ -141,5 +141,6 @@ def test_prime_mini_loop_uses_the_implicit_prm(tmp_path, generated_tasks):
     run = tmp_path / "run"
     assert main(["loop", "--config", str(tmp_path / "c.yaml"), "--run-dir", str(run)]) == 0
     rows = json.loads((run / "results.json").read_text())["rows"]
-    assert [(r["policy"], r["best_of_n"]) for r in rows] == [("pi0", 1), ("pi1", 1), ("pi1", 2)]
+    assert [(r["policy"], r["best_of_n"], r.get("search")) for r in rows] == [
+        ("pi0", 1, None), ("pi1", 1, None), ("pi1", 2, None), ("pi1", 4, "beam2x2")]   # beam with the implicit PRM
     assert isinstance(load_prm(run / "iter_1" / "prm"), ImplicitPRM)

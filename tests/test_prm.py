@@ -21,7 +21,7 @@ from agentprm.data.tables import write_with_info
 from agentprm.prm.losses import bradley_terry, soft_bce
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
 from agentprm.targets.mc import targets_from_rollouts
-from agentprm.train.core import TrainConfig
+from agentprm.train.config import TrainConfig
 
 torch.set_num_threads(1)
 

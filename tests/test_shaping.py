@@ -11,7 +11,7 @@ from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes
 from agentprm.prm.value import fit_value_model, model_values, value_targets
 from agentprm.targets.mc import targets_from_rollouts
 from agentprm.targets.shaping import advantage, shape_targets, shaped_q
-from agentprm.train.core import TrainConfig
+from agentprm.train.config import TrainConfig
 
 START = "You are in the middle of a room. Looking quickly around you, you see a drawer 1, and a cabinet 1."
 S1 = "You arrive at drawer 1. On the drawer 1, you see a apple 1."

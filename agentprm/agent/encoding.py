@@ -51,4 +51,25 @@ def prompt_ids(tokenizer, state: AgentState, cfg: PromptConfig, steered: bool = 
 
 
 def reply_ids(tokenizer, reply: str) -> list[int]:
-    return tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    """The reply's tokens closed by the chat template's end-of-turn token (`end_of_turn_id`)."""
+    return tokenizer(reply, add_special_tokens=False)["input_ids"] + [end_of_turn_id(tokenizer)]
+
+
+_MARK = "agentprm-end-of-turn-probe"
+
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token the chat template closes an assistant turn with: what a reply ends with and generation stops at.
+    Often the eos token (ours, Llama-3's base template), not always (Qwen's <|im_end|> vs eos <|endoftext|>): found
+    by rendering a one-turn conversation and taking the first special token after the assistant's text; the eos
+    token when the template adds none. Cached on the tokenizer."""
+    cached = getattr(tokenizer, "_agentprm_end_of_turn", None)
+    if cached is not None:
+        return cached
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": _MARK}],
+                                         tokenize=False)
+    after = tokenizer(text.split(_MARK, 1)[-1], add_special_tokens=False)["input_ids"] if _MARK in text else []
+    special = set(tokenizer.all_special_ids)
+    found = next((t for t in after if t in special), tokenizer.eos_token_id)
+    tokenizer._agentprm_end_of_turn = found
+    return found

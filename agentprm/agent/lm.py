@@ -30,7 +30,7 @@ from typing import Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
-from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
+from agentprm.agent.encoding import PromptConfig, end_of_turn_id, prompt_ids, reply_ids
 from agentprm.agent.format import format_reply
 from agentprm.agent.scoring import left_pad, positions, score_candidates
 from agentprm.agent.state import AgentState
@@ -119,7 +119,7 @@ class LMAgent:
         if temperature < 0:
             raise UserError(f"temperature must be >= 0 (got {temperature})")
         is_backend = hasattr(model, "score") and hasattr(model, "generate") and not isinstance(model, torch.nn.Module)
-        self.backend = model if is_backend else HFBackend(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
+        self.backend = model if is_backend else HFBackend(model, tokenizer.pad_token_id, end_of_turn_id(tokenizer))
         self.tokenizer, self.prompt_cfg = tokenizer, prompt_cfg or PromptConfig()
         self.mode, self.temperature, self.name, self.max_new_tokens = mode, temperature, name, max_new_tokens
         if distinct and mode != "choose":

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import inspect
 import re
+import sys
 import typing
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
@@ -19,9 +20,13 @@ def add_common(p: argparse.ArgumentParser, seed: int = 0) -> None:
 
 
 def write_summary(args: argparse.Namespace, summary: dict) -> None:
+    """The --json summary with its provenance, and what was changed to make a model folder usable (a tokenizer
+    without pad token or chat template: models/presets.py `prepare_tokenizer`)."""
     if getattr(args, "json", None):
         config = {k: v for k, v in vars(args).items() if k not in ("func",)}
-        write_json(args.json, {**summary, "provenance": provenance(config, getattr(args, "seed", None))})
+        presets = sys.modules.get("agentprm.models.presets")   # never imported here: a model-free command stays so
+        notes = {"model_notes": list(presets.NOTES)} if presets and presets.NOTES else {}
+        write_json(args.json, {**summary, **notes, "provenance": provenance(config, getattr(args, "seed", None))})
 
 
 @lru_cache(maxsize=None)

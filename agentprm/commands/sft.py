@@ -6,7 +6,7 @@ from agentprm.agent.encoding import PromptConfig
 from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
 from agentprm.errors import require
 from agentprm.io import check_replaceable
-from agentprm.policy.sft import SFTConfig
+from agentprm.policy.config import SFTConfig
 
 
 def register(sub) -> None:

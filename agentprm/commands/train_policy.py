@@ -7,7 +7,7 @@ from __future__ import annotations
 from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
 from agentprm.io import check_replaceable
 from agentprm.loop.config import RolloutConfig
-from agentprm.policy.update import METHODS, PolicyUpdateConfig
+from agentprm.policy.config import METHODS, PolicyUpdateConfig
 
 
 def register(sub) -> None:

@@ -7,8 +7,7 @@ import dataclasses
 
 from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
 from agentprm.io import check_replaceable
-from agentprm.prm.losses import PRM_LOSSES
-from agentprm.prm.train import PrmConfig, PrmDataConfig, train_prm
+from agentprm.prm.config import PrmConfig, PrmDataConfig
 
 
 def register(sub) -> None:
@@ -17,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("--init", required=True, metavar="DIR|PRESET",
                    help="policy/causal-LM folder (its backbone, tokenizer and prompt) or a preset name")
     p.add_argument("--out", required=True, metavar="DIR", help="output PRM folder (replaced atomically)")
-    add_config_flags(p, PrmConfig, skip=("init",), choices={"loss": sorted(PRM_LOSSES)})
+    add_config_flags(p, PrmConfig, skip=("init",))
     add_config_flags(p, PrmDataConfig)
     p.add_argument("--time-budget", type=float, default=0.0, metavar="S", help="stop training after S seconds")
     add_common(p)
@@ -25,7 +24,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from agentprm.prm.losses import get_prm_loss
+    from agentprm.prm.train import train_prm
+
     check_replaceable(args.out)   # before any work: --out never replaces a folder agentprm did not write
+    get_prm_loss(args.loss)       # an unknown --loss: a one-line error naming the registered ones
     prm = config_from_args(PrmConfig, args, init=args.init)
     cfg = dataclasses.replace(prm.train_config(args.seed), time_budget_s=args.time_budget)
     metrics = train_prm(args.targets, args.init, prm.loss, args.out, cfg, config_from_args(PrmDataConfig, args),

@@ -15,13 +15,9 @@ from typing import Any
 import yaml
 
 from agentprm.errors import UserError
-from agentprm.policy.hacking import HackingConfig
-from agentprm.policy.sft import SFTConfig
-from agentprm.policy.policy_gradient import PolicyGradientConfig
-from agentprm.policy.update import CRITICS, METHODS as POLICY_METHODS, PolicyUpdateConfig
-from agentprm.prm.inverse import InversePrmConfig
-from agentprm.prm.prime import PrimeConfig
-from agentprm.prm.train import PrmConfig
+from agentprm.policy.config import (CRITICS, METHODS as POLICY_METHODS, HackingConfig, PolicyGradientConfig,
+                                    PolicyUpdateConfig, SFTConfig)
+from agentprm.prm.config import InversePrmConfig, PrimeConfig, PrmConfig
 from agentprm.targets.mc import TargetsConfig
 
 
@@ -54,6 +50,8 @@ class RolloutConfig:
                                     # where π would act otherwise and playing that other action (rollout/branch.py):
                                     # MC targets for two actions at one state; 0 = off
     branch_probe: int = 4           # samples from π per visited state to find those turns and actions
+    max_errors: int = 0             # episodes with an env error (a broken game, a lost worker) a rollout or eval
+                                    # stage accepts; more fail the stage, which is then not marked complete
 
 
 @dataclass
@@ -188,6 +186,7 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
     for path, value, least in (("rollout.branches", cfg.rollout.branches, 0),
+                               ("rollout.max_errors", cfg.rollout.max_errors, 0),
                                ("rollout.branch_probe", cfg.rollout.branch_probe, 1),
                                ("eval.beam_width", cfg.eval.beam_width, 0),
                                ("eval.beam_expand", cfg.eval.beam_expand, 1),

@@ -39,12 +39,14 @@ class Loop:
         if resume and saved.exists():
             # compared as parsed configs: sections added by a newer agentprm (at their defaults) do not matter.
             # Raising `iterations` extends a run: the stages done so far are exactly what the longer run does first.
+            # `rollout.max_errors` only decides whether a stage that hit env errors may complete.
             before, now = load_config(saved).to_dict(), cfg.to_dict()
             if now["iterations"] >= before["iterations"]:
                 before["iterations"] = now["iterations"]
+            before["rollout"]["max_errors"] = now["rollout"]["max_errors"]
             if before != now:
                 raise UserError(f"{saved}: differs from this run's config; resume with the same config "
-                                "(only 'iterations' may grow, to extend the run)")
+                                "(only 'iterations' may grow, to extend the run; 'rollout.max_errors' may change)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.run_dir / "config.yaml", dump_config(cfg))
         self.stages = StageRunner(self.run_dir, resume, reuse)
@@ -110,13 +112,16 @@ class Loop:
         def build(out: Path) -> None:
             if beam:
                 (width, expand), (gen, critic) = beam, agent()
-                _, summary = play_beam(eval_tasks, gen, critic, width=width, expand=expand, max_steps=c.max_steps,
-                                       seed=seed, workers=min(2, self.cfg.rollout.workers or 2),
-                                       per_task=c.episodes_per_task)
+                episodes, summary = play_beam(eval_tasks, gen, critic, width=width, expand=expand,
+                                              max_steps=c.max_steps, seed=seed,
+                                              workers=min(2, self.cfg.rollout.workers or 2),
+                                              per_task=c.episodes_per_task)
             else:
-                _, summary = play_tasks(agent(), eval_tasks, per_task=c.episodes_per_task, seed=seed,
-                                        max_steps=c.max_steps, tag=f"eval-{name}", num_envs=self.cfg.rollout.num_envs,
-                                        workers=self.cfg.rollout.workers, progress=self.progress)
+                episodes, summary = play_tasks(agent(), eval_tasks, per_task=c.episodes_per_task, seed=seed,
+                                               max_steps=c.max_steps, tag=f"eval-{name}",
+                                               num_envs=self.cfg.rollout.num_envs, workers=self.cfg.rollout.workers,
+                                               progress=self.progress)
+            self.check_errors(f"eval_{name}", episodes)
             write_json(out, summary)
 
         summary = json.loads(self.stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
@@ -127,6 +132,15 @@ class Loop:
                           "episodes": summary["episodes"], "by_type": summary["by_type"],
                           **({"per_task": summary["per_task"]} if "per_task" in summary else {})})
         return summary
+
+    def check_errors(self, stage: str, episodes) -> None:
+        """Broken input is loud: more than `rollout.max_errors` episodes with an env error fail the stage (it is not
+        marked complete; a resume plays it again)."""
+        failed = [e for e in episodes if e.error]
+        if len(failed) > self.cfg.rollout.max_errors:
+            raise UserError(f"stage {stage}: {len(failed)} of {len(episodes)} episodes hit an env error (first: "
+                            f"{failed[0].task_id}: {failed[0].error.splitlines()[0][:200]}); fix the game or set "
+                            f"rollout.max_errors: {len(failed)} to accept them")
 
     def rollouts(self, i: int, prev: Path, train_tasks, demos=None) -> Path:
         """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task — with `demos` (expert episodes), an
@@ -152,8 +166,9 @@ class Loop:
                                         description=tag, progress=self.progress)
                 if c.branches:
                     jobs = branch_jobs(episodes, train_tasks, agent, c.branches, c.branch_probe, seed, c.max_steps)
-                    run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
-                                 description=f"branches-{i}", progress=self.progress)
+                    episodes += run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
+                                             description=f"branches-{i}", progress=self.progress)
+            self.check_errors(f"iter_{i}/rollouts", episodes)
 
         return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)
 

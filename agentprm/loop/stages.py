@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from agentprm.errors import UserError
-from agentprm.io import write_json
+from agentprm.io import atomic_leftovers, write_json
 
 MARKERS = ".stages"
 LOCK = "lock.json"   # under MARKERS: the one process working on the run folder
@@ -83,7 +83,8 @@ class StageRunner:
             self.timings[name] = json.loads(self.marker(name).read_text())["seconds"]
             return final
         partial = final.with_name(f"{final.stem}.partial{final.suffix}")
-        for stale in (partial, final):   # leftovers of an interrupted attempt
+        # leftovers of an interrupted attempt, with the temp copies a kill inside an atomic write left beside them
+        for stale in (partial, final, *atomic_leftovers(partial), *atomic_leftovers(final)):
             if stale.is_dir():
                 shutil.rmtree(stale)
             elif stale.exists():

@@ -80,5 +80,44 @@ def load_causal_lm(path: str | Path, *, trust_remote_code: bool = False, **kwarg
 
 
 def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    """A local tokenizer folder, made usable by agentprm (`prepare_tokenizer`)."""
     path = _model_dir(path, "tokenizer_config.json", "tokenizer")
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    return prepare_tokenizer(tokenizer, path)
+
+
+# A template for tokenizers that have none (base checkpoints): plain-text role markers, each assistant turn closed by
+# the eos token, so that `prompt_ids + reply_ids` equals the rendered conversation (agent/encoding.py).
+FALLBACK_CHAT_TEMPLATE = (
+    "{{ bos_token or '' }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "<|assistant|>\n{% generation %}{{ message['content'] }}{{ eos_token }}{% endgeneration %}\n"
+    "{% else %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+NOTES: list[str] = []   # what prepare_tokenizer changed, once per folder: commands put them in their --json summary
+
+
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, source: str | Path) -> PreTrainedTokenizerBase:
+    """What agentprm needs of a tokenizer, for any HF checkpoint: an eos token (else a one-line error naming the
+    folder), a pad token (missing: pad = eos) and a chat template (missing: FALLBACK_CHAT_TEMPLATE). Each change is
+    said once per folder on stderr and kept in NOTES; saving the tokenizer afterwards keeps it."""
+    import sys
+
+    if tokenizer.eos_token is None:
+        raise UserError(f"{source}: the tokenizer has no eos token (set 'eos_token' in tokenizer_config.json)")
+    changes = []
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+        changes.append(f"no pad token: using the eos token {tokenizer.eos_token!r} as pad")
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
+        changes.append("no chat template: using agentprm's plain-text one (models/presets.py FALLBACK_CHAT_TEMPLATE)")
+    for change in changes:
+        note = f"{source}: tokenizer has {change}"
+        if note not in NOTES:
+            NOTES.append(note)
+            print(f"agentprm: warning: {note}", file=sys.stderr)
+    return tokenizer

@@ -26,7 +26,7 @@ from agentprm.search.beam import play_beam
 from agentprm.train.core import train
 
 if TYPE_CHECKING:
-    from agentprm.policy.update import PolicyUpdateConfig
+    from agentprm.policy.config import PolicyUpdateConfig
 
 
 def search_episodes(generator, critic, tasks: Sequence, cfg: PolicyUpdateConfig, *, max_steps: int, seed: int,

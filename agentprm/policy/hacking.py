@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import random
 import warnings
-from dataclasses import asdict, dataclass
 from typing import Callable, NamedTuple, Sequence
 
 import torch
@@ -33,28 +32,9 @@ from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.agent.state import AgentState
+from agentprm.policy.config import HackingConfig
 from agentprm.prm.metrics import spearman
 from agentprm.rollout.play import play_tasks
-
-
-@dataclass
-class HackingConfig:
-    """The loop's `hacking` section: the detector during the online-DPO update (docs/reward-hacking.md)."""
-    enabled: bool = False
-    ensemble_size: int = 3         # PRMs whose disagreement is measured: Q_i and ensemble_size − 1 more, fitted to
-                                   # the same targets with other seeds (so other task splits)
-    monitor_states: int = 16       # rollout states held out of the update and scored at every check
-    probe_episodes: int = 0        # greedy episodes of π_θ per check, one per train task, for the probe Spearman
-    check_every: int = 10          # policy steps between checks (a check runs at the first logged step past it)
-    samples_per_state: int = 2     # replies sampled per monitor state for ens_std and kl (at the update's temperature)
-    prm_rise: float = 0.05         # alarm: mean Q_i of greedy replies rose more than this since the baseline …
-    std_rise: float = 0.02         # … while the ensemble's mean std rose more than this
-    min_spearman: float = 0.0      # alarm: probe Spearman(Q_i, return) below this (checks with a probe only)
-    max_kl: float = 0.0            # alarm: KL proxy above this (0 = off)
-    stop_on_alarm: bool = False    # stop the policy update at the first alarm (π_i = the policy at that check)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class HackingWarning(UserWarning):

@@ -31,7 +31,7 @@ from agentprm.errors import UserError
 from agentprm.train.core import train
 
 if TYPE_CHECKING:
-    from agentprm.policy.update import PolicyUpdateConfig
+    from agentprm.policy.config import PolicyUpdateConfig
 
 
 def tilted_target(ref_logp: torch.Tensor, q: torch.Tensor, chosen: torch.Tensor, beta: float) -> torch.Tensor:

@@ -25,7 +25,7 @@ from agentprm.errors import UserError
 from agentprm.train.core import train
 
 if TYPE_CHECKING:
-    from agentprm.policy.update import PolicyUpdateConfig
+    from agentprm.policy.config import PolicyUpdateConfig
 
 
 def dpo_loss(pi_w: torch.Tensor, pi_l: torch.Tensor, ref_w: torch.Tensor, ref_l: torch.Tensor,

@@ -19,7 +19,6 @@ into the shared training core. Groups with fewer than two usable episodes carry 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
 import torch
@@ -29,28 +28,8 @@ from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, enco
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.policy.advantages import pad_steps, spro_advantages
-from agentprm.train.core import TrainConfig, train
-
-
-@dataclass
-class PolicyGradientConfig:
-    """The loop's `policy_gradient` section (algo grpo | spro). Groups are the `rollout.per_task` episodes of
-    π_{i-1} on each train task."""
-    spro_beta: float = 0.05        # SPRO's β on the cumulative process reward (its paper leaves it unreported);
-                                   # algo grpo always uses 0 (outcome only)
-    clip: float = 0.2              # PPO clip range ε
-    entropy_coef: float = 0.001    # c_H (SPRO: 0.001)
-    steps: int = 20                # optimiser steps
-    batch_groups: int = 2          # groups (tasks) per step
-    lr: float = 1e-4
-
-    def train_config(self, n_groups: int, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.steps * self.batch_groups / max(1, n_groups),
-                           batch_size=self.batch_groups, warmup_frac=0.0, seed=seed,
-                           log_every=max(1, self.steps // 20))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from agentprm.train.core import train
+from agentprm.policy.config import PolicyGradientConfig
 
 
 Group = list[EncodedEpisode]

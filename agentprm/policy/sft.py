@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -28,30 +28,11 @@ from agentprm.agent.tokenizer import MAX_INSTANCE_NUMBER
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, iter_episodes, read_trajectories
 from agentprm.errors import UserError
 from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer
-from agentprm.train.core import TrainConfig, num_steps, train
+from agentprm.train.core import num_steps, train
+from agentprm.policy.config import SFTConfig
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)
 _NAME_RE = re.compile(r"\b([a-z]+) (\d+)\b")
-
-
-@dataclass
-class SFTConfig:
-    """`agentprm sft`'s flags and the loop's `policy0.sft` section (π0 retrained from expert demos)."""
-    model: str = "tiny"            # a preset name (trained from scratch) or a local HF model folder (fine-tuned)
-    lr: float = 1e-3               # peak learning rate (from-scratch presets like high rates; use ~1e-5 for a real LM)
-    epochs: float = 3.0            # passes over the examples
-    batch_size: int = 16
-    time_budget_s: float = 0.0     # stop after this many seconds (0 = none); the LR schedule then ends there
-    prompt: PromptConfig = field(default_factory=PromptConfig)  # how states are rendered; saved with the model
-    won_only: bool = True          # train on successful demos only
-    renumber_copies: int = 0       # augmentation: extra copies of each episode with object/receptacle instance
-                                   # numbers permuted, so the model must read names instead of memorising them
-    checkpoint_every: int = 0      # also save the policy every this many steps (0 = never) to
-                                   # <out>-checkpoints/step-<n>: the success-vs-training-time curve
-
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size,
-                           time_budget_s=self.time_budget_s, seed=seed)
 
 
 @dataclass(frozen=True)

@@ -33,23 +33,10 @@ from agentprm.data.trajectories import EpisodeRecord, iter_episodes, read_trajec
 from agentprm.errors import UserError
 from agentprm.prm.model import ProcessRewardModel
 from agentprm.rollout.reset import prefix_length
-from agentprm.train.core import TrainConfig, train
+from agentprm.train.core import train
+from agentprm.train.config import TrainConfig
 
 LOSS_NAME = "inverse-prm"
-
-
-@dataclass
-class InversePrmConfig:
-    """The loop's `inverse_prm` section (algo inverse-prm)."""
-    gamma: float = 1.0              # Δ = f(s,a) − γ f(s′,a′) (the paper's code: 1)
-    epochs: float = 2.0
-    lr: float = 5e-4
-    batch_size: int = 16
-    demos: str | None = None        # expert trajectories; None = the run's demos.parquet (π0's SFT data when
-                                    # policy0.retrain, else the expert played once per train task)
-
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
 
 
 @dataclass(frozen=True)

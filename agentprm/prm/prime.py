@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -37,21 +36,10 @@ from agentprm.agent.scoring import reply_logprobs, score_candidates
 from agentprm.agent.state import AgentState
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.errors import UserError
-from agentprm.train.core import TrainConfig, train
+from agentprm.train.core import train
+from agentprm.train.config import TrainConfig
 
 KEY = "implicit_prm"
-
-
-@dataclass
-class PrimeConfig:
-    """The loop's `prime` section (algo prime)."""
-    beta: float = 0.05              # implicit reward scale β in r = β log(π_φ/π_ref)
-    epochs: float = 2.0
-    lr: float = 1e-4
-    batch_size: int = 4             # episodes per step (the loss is per episode)
-
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
 
 
 def prime_loss(turn_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor) -> torch.Tensor:

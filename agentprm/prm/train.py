@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -27,28 +27,9 @@ from agentprm.prm.model import ProcessRewardModel
 from agentprm.prm.pqm import PQMLoss, pqm_trajectories
 from agentprm.targets.mc import load_states
 from agentprm.targets.pairs import pair_indices
-from agentprm.train.core import TrainConfig, train
-
-
-@dataclass
-class PrmConfig:
-    """The loop's `prm` section; `agentprm train-prm` takes the same fields as flags (`--init` is required there)."""
-    loss: str = "soft-bce"          # soft-bce | bradley-terry | pqm | any registered PRM loss (prm/losses.py)
-    init: str = "policy"            # "policy" = π_{i-1}'s weights, or a preset name / model folder
-    epochs: float = 2.0
-    lr: float = 5e-4                # peak learning rate
-    batch_size: int = 16
-
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
-
-
-@dataclass
-class PrmDataConfig:
-    heldout_frac: float = 0.2    # share of tasks held out for evaluation
-    delta: float = 0.0           # pairs (Bradley-Terry, pairwise accuracy): Q̂ gap must exceed this
-    rollouts: str | None = None  # where the targets' states are; default: the path recorded in the targets file
-    eval_batch_size: int = 32
+from agentprm.train.core import train
+from agentprm.prm.config import PrmDataConfig
+from agentprm.train.config import TrainConfig
 
 
 def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np.ndarray:
@@ -61,9 +42,6 @@ def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np
         n_held = min(max(n_held, 1), len(tasks) - 1)
     held = set(tasks[:n_held])
     return np.array([t in held for t in task_ids], dtype=bool)
-
-
-
 
 
 def evaluate(prm: ProcessRewardModel, seqs: Sequence[Sequence[int]], q: Sequence[float], state_keys: Sequence[str],

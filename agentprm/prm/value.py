@@ -14,7 +14,8 @@ from agentprm.prm.model import ProcessRewardModel
 from agentprm.prm.train import make_loss_fn
 from agentprm.targets.mc import load_states, targets_from_rollouts
 from agentprm.targets.shaping import ValueFn
-from agentprm.train.core import TrainConfig, train
+from agentprm.train.config import TrainConfig
+from agentprm.train.core import train
 
 
 def value_targets(rollouts: str | Path, gamma: float) -> tuple[list[AgentState], list[float]]:

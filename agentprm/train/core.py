@@ -6,28 +6,12 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Sequence
 
 import torch
 
 from agentprm.progress import progress_bar
-
-
-@dataclass
-class TrainConfig:
-    lr: float = 1e-3            # peak learning rate
-    epochs: float = 1.0         # passes over the examples (fractional allowed)
-    batch_size: int = 16
-    warmup_frac: float = 0.05   # share of steps with linear warm-up
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    time_budget_s: float = 0.0  # stop early after this many seconds (0 = no budget)
-    seed: int = 0
-    log_every: int = 50
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from agentprm.train.config import TrainConfig
 
 
 def seed_everything(seed: int) -> None:

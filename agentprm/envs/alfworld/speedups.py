@@ -9,7 +9,10 @@
    sha256 of the key): without the disk cache every new env process translated each game it had not loaded
    before, most of an episode's env time (`bench/env_resets.py` measures a first reset with and without it). A
    disk hit re-parses and normalises the PDDL (the `task` object the engine also needs, a small share of the
-   translation's cost) and reads the SAS text. The result is read-only for the engine.
+   translation's cost) and reads the SAS text. The result is read-only for the engine. Each entry carries the
+   sha256 of its text and is checked on read (a corrupt or truncated entry is removed and translated again, not
+   failed on forever); the folder is bounded, least recently used entries first (`$AGENTPRM_SAS_CACHE_MB`, default
+   2048: a game's entry is ~0.6 MB).
 3. Deep copies of the grammar's derivation context. Every admissible command's text is derived anew each step,
    and `textgen.copy_context` deep-copies the context's `variables` (name -> EntityInfo) and `mapping`
    (Placeholder -> Variable) for every symbol: three quarters of a step's time once 1 and 2 are cached. Copying
@@ -52,10 +55,69 @@ def sas_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentprm" / "sas"
 
 
+SAS_SUFFIX = ".v2.sas"   # entries with a checksum line; the header-less ".sas" files of earlier versions are not read
+
+
+def sas_cache_limit() -> int:
+    """Bytes the SAS cache may hold: $AGENTPRM_SAS_CACHE_MB (default 2048)."""
+    return int(float(os.environ.get("AGENTPRM_SAS_CACHE_MB", "2048")) * 2 ** 20)
+
+
+def _read_entry(path: Path) -> str | None:
+    """The SAS text of a cache entry whose checksum holds (used: its mtime is bumped for the LRU bound); a corrupt
+    entry is removed; None when there is none."""
+    try:
+        header, _, sas = path.read_text().partition("\n")
+    except (OSError, UnicodeDecodeError):
+        header, sas = "", ""
+    if not path.exists():
+        return None
+    if header != f"; sha256 {hashlib.sha256(sas.encode()).hexdigest()}":
+        path.unlink(missing_ok=True)
+        return None
+    os.utime(path)
+    return sas
+
+
+def _write_entry(path: Path, sas: str) -> None:
+    try:
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(f"; sha256 {hashlib.sha256(sas.encode()).hexdigest()}\n{sas}")
+        bound_cache(path.parent, sas_cache_limit())
+    except OSError:  # a read-only cache costs speed, not correctness
+        pass
+
+
+def bound_cache(folder: Path, limit: int) -> int:
+    """Delete the least recently used SAS entries (ours only: <sha256>.sas and <sha256>.v2.sas) until the folder's
+    entries total at most 90% of `limit` bytes, when they exceed it; returns how many were deleted."""
+    entries = []
+    for p in folder.iterdir():
+        stem = p.name.split(".")[0]
+        if len(stem) == 64 and p.name.endswith(".sas") and all(c in "0123456789abcdef" for c in stem):
+            try:
+                st = p.stat()
+            except FileNotFoundError:   # another worker removed it
+                continue
+            entries.append((st.st_mtime, st.st_size, p))
+    total = sum(size for _, size, _ in entries)
+    if total <= limit:
+        return 0
+    deleted = 0
+    for _, size, p in sorted(entries):
+        if total <= 0.9 * limit:
+            break
+        p.unlink(missing_ok=True)
+        total -= size
+        deleted += 1
+    return deleted
+
+
 def _translate_via_disk(fast_downward, domain: str, problem: str, verbose: bool, optimize: bool):
     digest = hashlib.sha256("\0".join((domain, problem, str(optimize))).encode()).hexdigest()
-    path = sas_cache_dir() / f"{digest}.sas"
-    if path.exists():
+    path = sas_cache_dir() / f"{digest}{SAS_SUFFIX}"
+    sas = _read_entry(path) if path.exists() else None
+    if sas is not None:
         argv, sys.argv = sys.argv, ["translate.py", "domain", "task"]  # its options module parses argv on import
         try:
             from fast_downward.translate import normalize
@@ -66,13 +128,9 @@ def _translate_via_disk(fast_downward, domain: str, problem: str, verbose: bool,
         task = parsing_functions.parse_task(lisp_parser.parse_nested_list(domain.split("\n")),
                                             lisp_parser.parse_nested_list(problem.split("\n")))
         normalize.normalize(task)  # what pddl2sas does before translating (the translation leaves task as is)
-        return task, path.read_text()
+        return task, sas
     task, sas = fast_downward.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
-    try:
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(sas)
-    except OSError:  # a read-only cache costs speed, not correctness
-        pass
+    _write_entry(path, sas)
     return task, sas
 
 

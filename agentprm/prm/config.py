@@ -1,0 +1,58 @@
+"""The PRM stages' settings, one dataclass each (see policy/config.py for why they live apart from the code):
+
+    PrmConfig, PrmDataConfig  stage 2, Q_i from targets (prm/train.py; the loop's prm, `agentprm train-prm`)
+    InversePrmConfig          InversePRM from demos (prm/inverse.py; the loop's inverse_prm)
+    PrimeConfig               PRIME's implicit PRM (prm/prime.py; the loop's prime)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentprm.train.config import TrainConfig
+
+
+@dataclass
+class PrmConfig:
+    """The loop's `prm` section; `agentprm train-prm` takes the same fields as flags (`--init` is required there)."""
+    loss: str = "soft-bce"          # soft-bce | bradley-terry | pqm | any registered PRM loss (prm/losses.py)
+    init: str = "policy"            # "policy" = π_{i-1}'s weights, or a preset name / model folder
+    epochs: float = 2.0
+    lr: float = 5e-4                # peak learning rate
+    batch_size: int = 16
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
+
+
+@dataclass
+class PrmDataConfig:
+    heldout_frac: float = 0.2    # share of tasks held out for evaluation
+    delta: float = 0.0           # pairs (Bradley-Terry, pairwise accuracy): Q̂ gap must exceed this
+    rollouts: str | None = None  # where the targets' states are; default: the path recorded in the targets file
+    eval_batch_size: int = 32
+
+
+@dataclass
+class InversePrmConfig:
+    """The loop's `inverse_prm` section (algo inverse-prm)."""
+    gamma: float = 1.0              # Δ = f(s,a) − γ f(s′,a′) (the paper's code: 1)
+    epochs: float = 2.0
+    lr: float = 5e-4
+    batch_size: int = 16
+    demos: str | None = None        # expert trajectories; None = the run's demos.parquet (π0's SFT data when
+                                    # policy0.retrain, else the expert played once per train task)
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
+
+
+@dataclass
+class PrimeConfig:
+    """The loop's `prime` section (algo prime)."""
+    beta: float = 0.05              # implicit reward scale β in r = β log(π_φ/π_ref)
+    epochs: float = 2.0
+    lr: float = 1e-4
+    batch_size: int = 4             # episodes per step (the loss is per episode)
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
