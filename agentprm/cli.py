@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
     try:
+        if getattr(args, "_placed", False):   # a command that runs models (commands/common.py add_device_flags)
+            from agentprm.commands.common import config_from_args
+            from agentprm.models.device import DeviceConfig, use_device
+
+            use_device(config_from_args(DeviceConfig, args))
         return int(args.func(args) or 0)
     except UserError as e:
         print(f"agentprm {args.command}: error: {e}", file=sys.stderr)

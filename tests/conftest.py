@@ -71,3 +71,12 @@ def tiny_policy(tmp_path_factory) -> Path:
 
     tok = build_tokenizer()
     return save_policy(build_model("tiny", tok, seed=0), tok, tmp_path_factory.mktemp("pi") / "pi0", PromptConfig())
+
+
+@pytest.fixture(autouse=True)
+def _default_placement():
+    """A test that places models (`--dtype bfloat16`, a loop's `device:` section) does not leak it into the next."""
+    yield
+    from agentprm.models import device
+
+    device._placement = None

@@ -19,6 +19,15 @@ def add_common(p: argparse.ArgumentParser, seed: int = 0) -> None:
     p.add_argument("--json", metavar="PATH", help="write a machine-readable summary here")
 
 
+def add_device_flags(p: argparse.ArgumentParser) -> None:
+    """--device/--dtype/--threads (models/device.py DeviceConfig) for a command that runs models; cli.main places
+    the process before the command runs, so a missing GPU is a one-line error before any work."""
+    from agentprm.models.device import DeviceConfig
+
+    add_config_flags(p, DeviceConfig)
+    p.set_defaults(_placed=True)
+
+
 def write_summary(args: argparse.Namespace, summary: dict) -> None:
     """The --json summary with its provenance, and what was changed to make a model folder usable (a tokenizer
     without pad token or chat template: models/presets.py `prepare_tokenizer`)."""

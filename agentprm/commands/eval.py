@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from agentprm.commands.common import add_common, add_config_flags, write_summary
+from agentprm.commands.common import add_common, add_device_flags, add_config_flags, write_summary
 from agentprm.commands.rollout import add_policy_args, make_agent, play
 from agentprm.errors import require
 from agentprm.loop.config import EvalConfig
@@ -25,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--max-errors", type=int, default=0, metavar="N",
                    help="exit 2 when more than N episodes hit an env error (a broken game, a lost worker); they "
                         "count as failures in the success rate (default 0)")
+    add_device_flags(p)
     add_common(p)
     p.set_defaults(func=run)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from agentprm.commands.common import write_summary
+from agentprm.commands.common import add_device_flags, write_summary
 
 QUICKSTART_OUT = "runs/quickstart"
 
@@ -25,6 +25,7 @@ def register(sub) -> None:
     q.add_argument("--algo", default="agentprm", help="algorithm (default agentprm)")
     q.add_argument("--retrain", action="store_true", help="train π0 from expert demos instead of the bundled one")
     q.add_argument("--json", metavar="PATH", help="also write results.json here")
+    add_device_flags(q)
     q.set_defaults(func=run_quickstart)
 
 
@@ -47,7 +48,10 @@ def run_loop(args) -> int:
 def run_quickstart(args) -> int:
     from agentprm.loop.config import LoopConfig
 
-    cfg = LoopConfig(algo=args.algo, seed=args.seed)
+    from agentprm.commands.common import config_from_args
+    from agentprm.models.device import DeviceConfig
+
+    cfg = LoopConfig(algo=args.algo, seed=args.seed, device=config_from_args(DeviceConfig, args))
     cfg.policy0.retrain = args.retrain
     return _run(cfg, args.out, args)
 

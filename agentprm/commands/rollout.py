@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from agentprm.commands.common import add_common, add_config_flags, write_summary
+from agentprm.commands.common import add_common, add_device_flags, add_config_flags, write_summary
 from agentprm.errors import require
 from agentprm.loop.config import RolloutConfig
 
@@ -30,7 +30,8 @@ def make_agent(args: argparse.Namespace):
 
     from agentprm.agent.lm import LMAgent
 
-    torch.set_num_threads(1)  # env workers share the cores; more torch threads make every step slower
+    if not args.threads:   # env workers share the cores; more torch threads make every step slower
+        torch.set_num_threads(1)
     return LMAgent.load(args.policy, mode=args.mode, temperature=args.temperature, seed=args.seed)
 
 
@@ -48,6 +49,7 @@ def register(sub) -> None:
     add_policy_args(p)
     add_config_flags(p, RolloutConfig, only=("per_task", "temperature", "max_steps"))
     p.add_argument("--out", required=True, metavar="DIR", help="output folder for the shards")
+    add_device_flags(p)
     add_common(p)
     p.set_defaults(func=run)
 

@@ -3,7 +3,7 @@ The training flags are the loop's `policy0.sft` section (policy/sft.py `SFTConfi
 from __future__ import annotations
 
 from agentprm.agent.encoding import PromptConfig
-from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
+from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
 from agentprm.errors import require
 from agentprm.io import check_replaceable
 from agentprm.policy.config import SFTConfig
@@ -19,8 +19,7 @@ def register(sub) -> None:
     p.add_argument("--history-turns", type=int, default=PromptConfig.history_turns,
                    help=f"earlier turns shown in the prompt (default {PromptConfig.history_turns})")
     p.add_argument("--show-admissible", action="store_true", help="list the admissible commands in the prompt")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads (default: torch's choice; use 1 when other processes share the cores)")
+    add_device_flags(p)
     add_common(p)
     p.set_defaults(func=run)
 
@@ -32,12 +31,7 @@ def run(args) -> int:
     require(args.history_turns >= 0, f"--history-turns must be >= 0 (got {args.history_turns})")
     require(args.renumber_copies >= 0, f"--renumber-copies must be >= 0 (got {args.renumber_copies})")
     require(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
-    import torch
-
     from agentprm.policy.sft import train_sft
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
     cfg = config_from_args(SFTConfig, args, prompt=PromptConfig(show_admissible=args.show_admissible,
                                                                 history_turns=args.history_turns))

@@ -4,7 +4,7 @@ loop's own (`run_update`), so the π_i a loop trains is the one this command tra
 GRPO and SPRO need groups of fresh episodes and run inside `agentprm loop` (`algo: grpo|spro`)."""
 from __future__ import annotations
 
-from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
+from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
 from agentprm.io import check_replaceable
 from agentprm.loop.config import RolloutConfig
 from agentprm.policy.config import METHODS, PolicyUpdateConfig
@@ -22,6 +22,7 @@ def register(sub) -> None:
     add_config_flags(p, PolicyUpdateConfig, skip=("critic",), choices={"method": METHODS})
     add_config_flags(p, RolloutConfig, only=("max_steps",))
     p.add_argument("--steer-frac", type=float, default=0.0, help="share of generations with the steered prompt")
+    add_device_flags(p)
     add_common(p)
     p.set_defaults(func=run)
 

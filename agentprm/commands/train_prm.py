@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from agentprm.commands.common import add_common, add_config_flags, config_from_args, write_summary
+from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
 from agentprm.io import check_replaceable
 from agentprm.prm.config import PrmConfig, PrmDataConfig
 
@@ -19,6 +19,7 @@ def register(sub) -> None:
     add_config_flags(p, PrmConfig, skip=("init",))
     add_config_flags(p, PrmDataConfig)
     p.add_argument("--time-budget", type=float, default=0.0, metavar="S", help="stop training after S seconds")
+    add_device_flags(p)
     add_common(p)
     p.set_defaults(func=run)
 

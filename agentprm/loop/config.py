@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from agentprm.errors import UserError
+from agentprm.models.device import DeviceConfig, check_device_config
 from agentprm.policy.config import (CRITICS, METHODS as POLICY_METHODS, HackingConfig, PolicyGradientConfig,
                                     PolicyUpdateConfig, SFTConfig)
 from agentprm.prm.config import InversePrmConfig, PrimeConfig, PrmConfig
@@ -87,6 +88,7 @@ class LoopConfig:
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
     prime: PrimeConfig = field(default_factory=PrimeConfig)
     hacking: HackingConfig = field(default_factory=HackingConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)   # where every model of the run lives
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -221,6 +223,7 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
         raise UserError(f"{source}: field 'policy.critic' oracle is for algo agentprm without the hacking detector")
     if cfg.policy.distinct and cfg.rollout.mode != "choose":
         raise UserError(f"{source}: field 'policy.distinct' needs rollout.mode 'choose' (got {cfg.rollout.mode!r})")
+    check_device_config(cfg.device, f"{source}: section 'device'")
     for path in FRACTIONS:
         section, name = path.split(".")
         value = getattr(getattr(cfg, section), name)

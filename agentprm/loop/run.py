@@ -203,8 +203,10 @@ class Loop:
 
     def _run(self) -> dict:
         from agentprm.agent.lm import LMAgent
+        from agentprm.models.device import use_device
         from agentprm.policy.hacking import logged
 
+        use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references all live there
         start = time.monotonic()
         train_tasks, eval_tasks = self.tasks()
         policy = self.policy0(train_tasks)

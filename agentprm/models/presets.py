@@ -19,6 +19,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
                           PreTrainedTokenizerBase)
 
 from agentprm.errors import UserError
+from agentprm.models.device import place
 
 MAX_POSITIONS = 1024
 PRESETS: dict[str, Callable[[], dict[str, Any]]] = {}
@@ -59,7 +60,7 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0) 
     config = preset_config(preset, tokenizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
+        return place(LlamaForCausalLM(config))
 
 
 def _model_dir(path: str | Path, needs: str, what: str) -> Path:
@@ -75,8 +76,8 @@ def load_causal_lm(path: str | Path, *, trust_remote_code: bool = False, **kwarg
     """Any Hugging Face causal LM saved in a local folder; never reaches the network. `kwargs` go to
     `from_pretrained` (e.g. dtype)."""
     path = _model_dir(path, "config.json", "model")
-    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True,
-                                                **kwargs)
+    return place(AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                                      local_files_only=True, **kwargs))
 
 
 def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:

@@ -30,6 +30,7 @@ from agentprm.agent.state import AgentState
 from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.errors import UserError
 from agentprm.io import atomic_dir
+from agentprm.models.device import place
 from agentprm.models.presets import PRESETS, load_tokenizer, preset_config
 
 KIND = "prm"
@@ -59,7 +60,7 @@ class ProcessRewardModel(nn.Module):
                 tokenizer = build_tokenizer()
                 config = preset_config(str(source), tokenizer)
                 config.num_labels = 1
-                return cls(LlamaForSequenceClassification(config), tokenizer, PromptConfig())
+                return cls(place(LlamaForSequenceClassification(config)), tokenizer, PromptConfig())
         raise UserError(f"--init {source}: neither a model folder nor a preset (presets: {', '.join(PRESETS)})")
 
     @classmethod
@@ -129,7 +130,7 @@ def _load_classifier(folder: Path, pad_token_id: int | None) -> PreTrainedModel:
         raise UserError(f"{folder}: not a model folder (no config.json)")
     lm = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, local_files_only=True)
     lm.config.pad_token_id = pad_token_id
-    return lm
+    return place(lm)
 
 
 @contextmanager

@@ -1,0 +1,64 @@
+"""Device and precision (issue 15, models/device.py): one DeviceConfig for every command and the loop; a missing GPU
+is a one-line error before any work; bfloat16 runs end to end on the CPU (the CUDA path runs in bench/gpu_check.sh)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from agentprm.cli import main
+from agentprm.models.device import DeviceConfig, place, use_device
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["eval", "sft", "train-prm", "rollout"])
+def test_asking_for_cuda_without_one_is_a_one_line_error_before_work(command, tmp_path, capsys):
+    argv = {"eval": ["--policy", "random", "--tasks", str(tmp_path)],
+            "sft": ["--demos", str(tmp_path / "d.parquet"), "--out", str(tmp_path / "o")],
+            "train-prm": ["--targets", str(tmp_path / "t.parquet"), "--init", "tiny", "--out", str(tmp_path / "o")],
+            "rollout": ["--policy", "random", "--tasks", str(tmp_path), "--out", str(tmp_path / "o")]}[command]
+    assert main([command, *argv, "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "torch sees no CUDA device" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_device_fields_are_refused(tmp_path, capsys):
+    assert main(["eval", "--policy", "random", "--tasks", str(tmp_path), "--device", "gpu0"]) == 2
+    assert "field 'device'" in capsys.readouterr().err
+    bad = tmp_path / "c.yaml"
+    bad.write_text("device: {dtype: float8}\n")
+    assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "section 'device'" in err and "field 'dtype'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_placement_resolves_auto_and_places_models():
+    device, dtype = use_device(DeviceConfig())
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert dtype is (torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32)
+    use_device(DeviceConfig(device="cpu", dtype="bfloat16"))
+    assert next(place(torch.nn.Linear(2, 2)).parameters()).dtype is torch.bfloat16
+
+
+def test_a_bfloat16_loop_runs_end_to_end_on_the_cpu(tmp_path, generated_tasks, tiny_policy):
+    """Every stage (rollouts, PRM, online DPO, Best-of-N, beam) with bfloat16 models: dtypes meet in every loss."""
+    cfg = {"seed": 0, "iterations": 1, "device": {"device": "cpu", "dtype": "bfloat16"},
+           "tasks": {"train_dir": str(generated_tasks.train), "eval_dir": str(generated_tasks.eval)},
+           "policy0": {"path": str(tiny_policy)},
+           "rollout": {"per_task": 2, "max_steps": 4, "num_envs": 4, "workers": 2},
+           "prm": {"epochs": 1}, "policy": {"steps": 2, "batch_size": 4},
+           "eval": {"max_steps": 4, "best_of_n": [2], "beam_expand": 1}}
+    path = tmp_path / "bf16.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(path), "--run-dir", str(run)]) == 0
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert len(rows) == 4 and all(0 <= r["success_rate"] <= 1 for r in rows)
+    from safetensors import safe_open
+
+    for folder in ("iter_1/policy", "iter_1/prm"):
+        with safe_open(str(run / folder / "model.safetensors"), "pt") as f:
+            assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}, folder
