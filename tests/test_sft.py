@@ -95,3 +95,12 @@ def test_no_usable_demos_is_a_user_error(tmp_path):
     empty = write_episodes_file(tmp_path / "none.parquet", [])
     with pytest.raises(UserError, match="no usable demonstrations"):
         train_sft(empty, tmp_path / "out", SFTConfig())
+
+
+def test_a_recipe_too_small_for_a_from_scratch_preset_is_said():
+    from agentprm.policy.sft import recipe_warning
+
+    assert "6 demo games and 40 steps" in recipe_warning(SFTConfig(model="tiny"), 6, 40)
+    assert recipe_warning(SFTConfig(model="tiny"), 479, 6150) == ""
+    assert "500 steps" in recipe_warning(SFTConfig(model="tiny"), 479, 500)
+    assert recipe_warning(SFTConfig(model="/some/hf/folder"), 6, 40) == ""   # fine-tuning a real LM: not this recipe

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -104,16 +105,35 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed:
     examples = make_examples(tokenizer, episodes, cfg.prompt)
     train_cfg = cfg.train_config(seed)
     train_cfg.log_every = max(1, num_steps(len(examples), train_cfg) // 50)  # ~50 points on the loss curve
+    weak = recipe_warning(cfg, len(episodes) // (1 + cfg.renumber_copies), num_steps(len(examples), train_cfg))
+    if weak:
+        print(f"agentprm sft: warning: {weak}", file=sys.stderr)
     prep_s = time.monotonic() - start
     curve = train(model, examples, sft_loss, train_cfg, description="sft", progress=progress,
                   on_log=_checkpointer(model, tokenizer, Path(out_dir), cfg), length=lambda e: len(e.input_ids))
     metrics = {"examples": len(examples), "episodes": len(episodes), "steps": curve[-1]["step"],
+               **({"warning": weak} if weak else {}),
                "planned_steps": num_steps(len(examples), train_cfg), "train_seconds": curve[-1]["seconds"],
                "prep_seconds": round(prep_s, 2), "final_loss": curve[-1]["loss"],
                "params": sum(p.numel() for p in model.parameters()), "loss_curve": curve}
     save_policy(model, tokenizer, out_dir, cfg.prompt, sft={"config": asdict(cfg), "seed": seed, "metrics": metrics})
     metrics["seconds"] = round(time.monotonic() - start, 2)
     return metrics
+
+
+RECIPE_GAMES, RECIPE_STEPS = 120, 3000   # below either, a preset trained from scratch was a dud (issue 15)
+
+
+def recipe_warning(cfg: SFTConfig, games: int, steps: int) -> str:
+    """Why this SFT run is unlikely to give a working π0, or "": a preset trained from scratch needs demos of at
+    least RECIPE_GAMES games and thousands of steps (on 120 games' demos, 3 epochs — ~450 steps — won 0 of 36
+    held-out games; the bundled π0: 479 games' demos with renumbered copies, 50% at 3,198 steps, 70% at 6,150:
+    docs/results.md)."""
+    if cfg.model not in PRESETS or (games >= RECIPE_GAMES and steps >= RECIPE_STEPS):
+        return ""
+    return (f"{games} demo games and {steps} steps: a '{cfg.model}' model trained from scratch has given a working "
+            f"policy only from ~{RECIPE_GAMES} games and ~{RECIPE_STEPS}+ steps (the bundled π0: 479 games, "
+            "renumber_copies 1, 6,150 steps); raise --epochs or add demos")
 
 
 def _checkpointer(model, tokenizer, out_dir: Path, cfg: SFTConfig):
