@@ -92,3 +92,23 @@ def test_eval_with_a_broken_game_is_loud(generated_tasks, tmp_path, capsys):
     s = json.loads(path.read_text())
     assert s["errors"] == 1 and s["by_type"][broken.task_type]["errors"] == 1
     assert main(argv + ["--max-errors", "1"]) == 0
+
+
+def test_output_paths_that_cannot_work_are_refused_before_work(generated_tasks, tmp_path, capsys):
+    """Issue 17: `--json` naming a folder failed after the whole eval; `rollout --out` an existing file was a
+    traceback; a user's folder got shards mixed into it."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    a_file = tmp_path / "a.txt"
+    a_file.write_text("keep")
+    cases = [(["eval", "--policy", "random", "--tasks", str(generated_tasks.eval), "--json", str(mine)], "is a folder"),
+             (["rollout", "--policy", "random", "--tasks", str(generated_tasks.eval), "--out", str(a_file)],
+              "not a folder"),
+             (["rollout", "--policy", "random", "--tasks", str(generated_tasks.eval), "--out", str(mine)],
+              "not trajectory shards")]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and message in err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and a_file.read_text() == "keep"

@@ -125,6 +125,14 @@ class ShardWriter:
 
     def __init__(self, out_dir: str | Path, prefix: str = "part", rows_per_shard: int = DEFAULT_ROWS_PER_SHARD):
         self.out_dir = Path(out_dir)
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise UserError(f"{self.out_dir}: exists and is not a folder; shards need a folder (choose another path)")
+        if self.out_dir.is_dir():   # a folder of shards grows; anyone else's files are not mixed with ours
+            pattern = re.compile(rf"{re.escape(prefix)}-\d+\.parquet|\..*\.tmp")
+            other = sorted(p.name for p in self.out_dir.iterdir() if not pattern.fullmatch(p.name))
+            if other:
+                raise UserError(f"{self.out_dir}: holds files that are not trajectory shards ({other[0]!r}, ...); "
+                                "choose an empty or new folder")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.prefix = prefix
         self.rows_per_shard = rows_per_shard
