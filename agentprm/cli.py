@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
             use_device(config_from_args(DeviceConfig, args))
         return int(args.func(args) or 0)
-    except UserError as e:
-        print(f"agentprm {args.command}: error: {e}", file=sys.stderr)
+    except UserError as e:   # one line, whatever the message quotes from the input
+        print(f"agentprm {args.command}: error: " + " ".join(str(e).splitlines()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

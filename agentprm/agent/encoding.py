@@ -34,10 +34,25 @@ class PromptConfig:
         path = Path(folder) / CONFIG_FILE
         if not path.exists():      # any plain HF model folder: default prompt
             return cls()
+        meta = read_json_object(path)
+        prompt = meta.get("prompt", {})
         try:
-            return cls(**json.loads(path.read_text()).get("prompt", {}))
-        except (json.JSONDecodeError, TypeError) as e:
+            if not isinstance(prompt, dict):
+                raise TypeError(f"a mapping is needed, got {type(prompt).__name__}")
+            return cls(**prompt)
+        except TypeError as e:
             raise UserError(f"{path}: bad field 'prompt' ({e})") from None
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON object from `path` (an agentprm.json); a one-line error for anything else."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: must hold a JSON object, got {type(data).__name__}")
+    return data
 
 
 def prompt_ids(tokenizer, state: AgentState, cfg: PromptConfig, steered: bool = False) -> list[int]:

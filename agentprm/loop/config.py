@@ -102,7 +102,7 @@ def _build(cls, data: Any, where: str, source: str):
     for key, value in data.items():
         path = f"{where}.{key}" if where else key
         if key not in known:
-            raise UserError(f"{source}: unknown field '{path}' (known: {', '.join(known)})")
+            raise UserError(f"{source}: unknown field {path!r} (known: {', '.join(known)})")
         default = getattr(cls(), key)
         if dataclasses.is_dataclass(default):
             kwargs[key] = _build(type(default), value, path, source)

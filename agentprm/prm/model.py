@@ -14,7 +14,6 @@ scored. `agentprm.json` holds the PromptConfig (inherited from the init folder) 
 """
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -24,7 +23,7 @@ from torch import nn
 from transformers import AutoModelForSequenceClassification, LlamaForSequenceClassification, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
-from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, reply_ids
+from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, read_json_object, reply_ids
 from agentprm.agent.scoring import right_pad
 from agentprm.agent.state import AgentState
 from agentprm.agent.tokenizer import build_tokenizer
@@ -67,10 +66,7 @@ class ProcessRewardModel(nn.Module):
     def load(cls, folder: str | Path) -> ProcessRewardModel:
         folder = Path(folder).expanduser()
         meta = folder / CONFIG_FILE
-        try:
-            kind = json.loads(meta.read_text()).get("kind") if meta.is_file() else None
-        except json.JSONDecodeError:
-            raise UserError(f"{meta}: not valid JSON") from None
+        kind = read_json_object(meta).get("kind") if meta.is_file() else None
         if kind != KIND:
             raise UserError(f"{folder}: not a PRM folder ({CONFIG_FILE} kind is {kind!r}, expected {KIND!r})")
         tokenizer = load_tokenizer(folder)

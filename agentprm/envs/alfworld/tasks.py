@@ -72,6 +72,8 @@ def _read_manifest(manifest: Path) -> list[TaskSpec]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise UserError(f"{manifest}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{manifest}:{lineno}: must be a JSON object, got {type(row).__name__}")
         missing = [k for k in REQUIRED if k not in row]
         if missing:
             raise UserError(f"{manifest}:{lineno}: missing field '{missing[0]}'")

@@ -1,0 +1,164 @@
+"""Fuzz the readers of every file the project reads (issue 17): whatever is in the file, the reader returns a correct
+value or raises a one-line `UserError` naming the file — never a traceback. Bounded for CI (max_examples)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentprm.errors import UserError
+
+FUZZ = settings(max_examples=int(os.environ.get("AGENTPRM_FUZZ_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+                    st.text(max_size=20))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+                      max_leaves=8)
+
+
+# ---------------------------------------------------------------- loop configs (YAML)
+def _section_names():
+    from agentprm.loop.config import LoopConfig
+
+    import dataclasses
+    return {f.name: [g.name for g in dataclasses.fields(f.default_factory())] if f.default_factory is not
+            dataclasses.MISSING else [] for f in dataclasses.fields(LoopConfig)}
+
+
+SECTIONS = _section_names()
+config_docs = st.dictionaries(
+    st.sampled_from(sorted(SECTIONS) + ["bogus"]),
+    st.one_of(values, st.builds(lambda sec, vals: dict(zip(SECTIONS.get(sec, ["x"]), vals)),
+                                st.sampled_from(sorted(SECTIONS)), st.lists(values, max_size=4))),
+    max_size=5)
+
+
+@FUZZ
+@given(doc=config_docs)
+def test_loop_configs(tmp_path, doc):
+    from agentprm.loop.config import LoopConfig, load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    try:
+        cfg = load_config(path)
+    except UserError as e:
+        assert "\n" not in str(e).strip() and str(path) in str(e)
+        return
+    assert isinstance(cfg, LoopConfig)
+
+
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_loop_config_text(tmp_path, text):
+    from agentprm.loop.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    try:
+        load_config(path)
+    except UserError as e:
+        assert "\n" not in str(e).strip()
+
+
+# ---------------------------------------------------------------- tasks.jsonl
+manifest_rows = st.lists(st.one_of(
+    st.dictionaries(st.sampled_from(["task_id", "task_type", "game", "split", "floorplan", "extra"]), values,
+                    max_size=6),
+    st.fixed_dictionaries({"task_id": st.text(max_size=8), "task_type": st.just("pick_and_place_simple"),
+                           "game": st.one_of(st.just("g0"), st.text(max_size=8), scalars)}),
+    st.text(max_size=30)), max_size=5)
+
+
+@FUZZ
+@given(rows=manifest_rows)
+def test_task_manifests(tmp_path, rows):
+    from agentprm.envs.alfworld.tasks import MANIFEST, TaskSpec, load_tasks
+
+    folder = tmp_path / "tasks"
+    (folder / "g0").mkdir(parents=True, exist_ok=True)
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
+    (folder / MANIFEST).write_text("\n".join(line.replace("\n", " ") for line in lines))
+    try:
+        tasks = load_tasks(folder)
+    except UserError as e:
+        assert "\n" not in str(e).strip()
+        return
+    assert tasks and all(isinstance(t, TaskSpec) and Path(t.game).is_dir() for t in tasks)
+
+
+# ---------------------------------------------------------------- Parquet files: trajectories, targets
+column_values = st.one_of(st.lists(st.integers(-5, 5), min_size=1, max_size=3),
+                          st.lists(st.text(max_size=5), min_size=1, max_size=3),
+                          st.lists(st.floats(allow_nan=True), min_size=1, max_size=3),
+                          st.lists(st.booleans(), min_size=1, max_size=3))
+
+
+def _tables(names):
+    return st.dictionaries(st.sampled_from(names + ["junk"]), column_values, min_size=1, max_size=len(names) + 1)
+
+
+def _write_table(path: Path, columns: dict) -> None:
+    n = min(len(v) for v in columns.values())
+    pq.write_table(pa.table({k: v[:n] for k, v in columns.items()}), path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_trajectory_files(tmp_path, data):
+    from agentprm.data.trajectories import SCHEMA, iter_episodes, read_trajectories
+
+    path = tmp_path / "t.parquet"
+    if data.draw(st.booleans()):
+        path.write_bytes(data.draw(st.binary(max_size=64)))
+    else:
+        _write_table(path, data.draw(_tables(list(SCHEMA.names))))
+    try:
+        episodes = list(iter_episodes(read_trajectories(path)))
+    except UserError as e:
+        assert "\n" not in str(e).strip() and str(path) in str(e)
+        return
+    assert all(e.steps for e in episodes)
+
+
+@FUZZ
+@given(data=st.data())
+def test_targets_files(tmp_path, data):
+    from agentprm.data.tables import TARGETS_SCHEMA, read_targets
+
+    path = tmp_path / "q.parquet"
+    if data.draw(st.booleans()):
+        path.write_bytes(data.draw(st.binary(max_size=64)))
+    else:
+        _write_table(path, data.draw(_tables(list(TARGETS_SCHEMA.names))))
+    try:
+        targets = read_targets(path)
+    except UserError as e:
+        assert "\n" not in str(e).strip() and str(path) in str(e)
+        return
+    assert targets.table.schema.names[:len(TARGETS_SCHEMA.names)] == TARGETS_SCHEMA.names
+
+
+# ---------------------------------------------------------------- model folders' agentprm.json
+@FUZZ
+@given(meta=st.one_of(values, st.text(max_size=40)))
+def test_model_folder_json(tmp_path, meta):
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.prm.model import ProcessRewardModel
+
+    folder = tmp_path / "m"
+    folder.mkdir(exist_ok=True)
+    (folder / "agentprm.json").write_text(meta if isinstance(meta, str) else json.dumps(meta))
+    for read in (PromptConfig.load, ProcessRewardModel.load):
+        try:
+            out = read(folder)
+        except UserError as e:
+            assert "\n" not in str(e).strip()
+            continue
+        assert read == PromptConfig.load and isinstance(out, PromptConfig)
