@@ -214,3 +214,39 @@ def test_traj_data_missing_task_type(game_copy):
     (game_copy / "traj_data.json").write_text(json.dumps({"pddl_params": {}}))
     with pytest.raises(UserError, match="traj_data.json: field 'task_type'"):
         AlfWorldEnv(game_copy)
+
+
+def test_grammar_expressions_are_evaluated_without_python_eval():
+    """Issue 17: TextWorld eval()s every {...} of a game's grammar; ours walks the syntax tree of the few forms
+    ALFWorld uses and refuses the rest."""
+    from types import SimpleNamespace
+
+    from agentprm.envs.alfworld.safe_grammar import UnsafeExpression, evaluate
+
+    o = SimpleNamespace(name="apple 1", indefinite="an", id="apple_1")
+    r = SimpleNamespace(name="", id="drawer 2")
+    variables = {"o": o, "r": r}
+    for expression in ("o.name", "r.name or r.id", "o.indefinite + ' ' + o.name", "o.name and r.id", "'x'"):
+        assert evaluate(expression, variables) == eval(expression, {}, variables)
+    for bad in ("__import__('os').system('true')", "o.__class__", "o.name.upper()", "(lambda: 1)()",
+                "[c for c in 'ab']", "o.name[0]", "nope.name", "o.name if o else r"):
+        with pytest.raises(UnsafeExpression):
+            evaluate(bad, variables)
+
+
+def test_a_game_file_cannot_run_code(games, tmp_path):
+    """A crafted grammar expression that would write a file: playing the game fails (an env error), nothing runs."""
+    marker = tmp_path / "pwned"
+    game = tmp_path / "game"
+    shutil.copytree(games[0], game)
+    data = json.loads((game / "game.tw-pddl").read_text())
+    for name in ("o", "r"):      # object and receptacle names: derived in the first steps' feedback
+        data["grammar"] = data["grammar"].replace(f"{{{name}.name}}",
+                                                  f"{{open({str(marker)!r}, 'w').write('x') and {name}.name}}")
+    (game / "game.tw-pddl").write_text(json.dumps(data))
+    with pytest.raises(Exception, match="not allowed in a game file"):
+        env = AlfWorldEnv(game, max_steps=10)
+        turn = env.reset()
+        for _ in range(5):
+            turn = env.step(turn.admissible[0])
+    assert not marker.exists()

@@ -57,6 +57,9 @@ class AlfWorldEnv:
         self.task_id = task_id or self.game_file.parent.name
         self.max_steps = max_steps
         import_alfworld()
+        from agentprm.envs.alfworld import safe_grammar
+
+        safe_grammar.install()   # a game file's grammar is data: no Python of it is run
         if fast:
             from agentprm.envs.alfworld import speedups
 
