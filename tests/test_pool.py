@@ -178,3 +178,45 @@ def test_parallel_stepping_matches_in_process(games):
                 for slot, turn in turns.items():
                     got[slot].append(turn)
             assert got == {slot: expected[slot][1][episode] for slot in got}
+
+
+class CrashingEnv(AlfWorldEnv):
+    """A real game whose worker process dies at its second step: once (then `marker` exists), or always."""
+
+    def __init__(self, marker: str, always: bool, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.marker, self.always = Path(marker), always
+
+    def step(self, action: str) -> Turn:
+        if self._steps == 1 and (self.always or not self.marker.exists()):
+            self.marker.touch()
+            os._exit(1)
+        return super().step(action)
+
+
+@pytest.mark.parametrize("always", [False, True])
+def test_episodes_lost_with_a_crashed_worker_are_played_again_once(generated_tasks, tmp_path, monkeypatch, always):
+    """Issue 17: a worker crash used to cost every episode in flight on it as an error; they are replayed once on a
+    fresh worker, and an episode that kills its worker every time ends as an error instead of looping."""
+    from agentprm.agent.policies import RandomAgent
+    from agentprm.rollout import engine
+
+    tasks = load_tasks(generated_tasks.train)[:3]
+    crash_on = tasks[0].task_id
+
+    def factory(job, expert):
+        if job.task.task_id == crash_on:
+            return functools.partial(CrashingEnv, str(tmp_path / "crashed"), always, job.task.game,
+                                     max_steps=job.max_steps, task_id=job.task.task_id)
+        return functools.partial(AlfWorldEnv, job.task.game, max_steps=job.max_steps, task_id=job.task.task_id)
+
+    monkeypatch.setattr(engine, "_env_factory", factory)
+    jobs = engine.episode_jobs(tasks, per_task=1, seed=0, max_steps=4, tag="t")
+    episodes = engine.run_episodes(jobs, RandomAgent(0), num_envs=3, num_workers=1, progress=False)
+    assert sorted(e.episode_id for e in episodes) == sorted(j.episode_id for j in jobs)   # each exactly once
+    failed = [e for e in episodes if e.error]
+    if always:   # its second crash also costs the episodes that shared the worker then (already replayed once)
+        crashed = next(e for e in failed if e.task_id == crash_on)
+        assert "worker exited with code 1" in crashed.error
+    else:
+        assert not failed and all(len(e.steps) == 4 or e.steps[-1].done for e in episodes)

@@ -197,8 +197,8 @@ class EnvPool:
                 self._slots[slot].doing = f"stepping {arg!r}"
             else:
                 raise ValueError(f"unknown request {cmd!r}")
-        failed = {slot: self._fail(slot, self._slots[slot].lost) for slot, (cmd, _) in requests.items()
-                  if cmd == "step" and self._slots[slot].lost}
+        failed = {slot: self._fail(slot, self._slots[slot].lost, worker_lost=True)
+                  for slot, (cmd, _) in requests.items() if cmd == "step" and self._slots[slot].lost}
         batches: dict[int, list[tuple[int, str, Any]]] = {}
         for slot, (cmd, arg) in requests.items():
             if slot not in failed:
@@ -224,10 +224,10 @@ class EnvPool:
         for w in ticket.batches:
             if w not in live:  # replaced since: what it was sent is lost with it
                 lost = "episode lost with its worker"
-                results.update({slot: self._fail(slot, lost) for slot in ticket.batches[w]})
+                results.update({slot: self._fail(slot, lost, worker_lost=True) for slot in ticket.batches[w]})
         for w, replies in self._collect(live).items():
             if isinstance(replies, str):  # the worker died or hung: every slot it was serving failed
-                results.update({slot: self._fail(slot, replies) for slot in ticket.batches[w]})
+                results.update({slot: self._fail(slot, replies, worker_lost=True) for slot in ticket.batches[w]})
             else:
                 results.update({slot: self._receive(slot, ok, value) for slot, ok, value in replies})
         return {slot: results[slot] for slot in ticket.slots}
@@ -275,11 +275,13 @@ class EnvPool:
         state.task, state.active = value.task, not value.done
         return value
 
-    def _fail(self, slot: int, reason: str) -> Turn:
+    def _fail(self, slot: int, reason: str, worker_lost: bool = False) -> Turn:
+        """The failed answer of `slot`; `worker_lost` when its worker died, hung or was replaced (the episode was
+        fine, its process was not: worth playing again), not when its own env raised."""
         state = self._slots[slot]
         self._slots[slot] = _Slot(task=state.task)
         return Turn(task=state.task, observation="", admissible=(), done=True,
-                    info={"error": f"{reason} (while {state.doing})"})
+                    info={"error": f"{reason} (while {state.doing})", **({"worker_lost": True} if worker_lost else {})})
 
     def close(self) -> None:
         for worker in self._workers:

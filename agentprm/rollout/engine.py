@@ -44,6 +44,7 @@ class EpisodeJob:
 
 @dataclass
 class _Active:
+    job: EpisodeJob
     record: EpisodeRecord
     state: AgentState
     turn: Turn
@@ -76,6 +77,15 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
     num_workers = pool.num_workers if pool else max(1, min(num_workers or os.cpu_count() or 1, num_envs))
     finished: list[EpisodeRecord] = []
     active: dict[int, _Active] = {}
+    replayed: set[str] = set()   # episodes lost with a crashed worker and played again (once each)
+
+    def replay(job: EpisodeJob, turn: Turn) -> bool:
+        """A worker crash costs only the episodes it hosted, and those are played again once on a fresh worker."""
+        if not turn.info.get("worker_lost") or job.episode_id in replayed:
+            return False
+        replayed.add(job.episode_id)
+        pending.appendleft(job)
+        return True
 
     def finish(record: EpisodeRecord) -> None:
         finished.append(record)
@@ -85,17 +95,19 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
 
     def start(s: int, job: EpisodeJob, turn: Turn) -> None:
         if turn.info.get("error"):
-            finish(_record(job, agent.name, error=turn.info["error"]))
+            if not replay(job, turn):
+                finish(_record(job, agent.name, error=turn.info["error"]))
         else:
-            active[s] = _Active(_record(job, agent.name, turn.task), AgentState.start(turn, job.task.task_id), turn,
-                                deque(job.start_actions))
+            active[s] = _Active(job, _record(job, agent.name, turn.task), AgentState.start(turn, job.task.task_id),
+                                turn, deque(job.start_actions))
 
     def advance(s: int, reply: str, command: str, nxt: Turn) -> None:
         a = active[s]
         a.record.steps.append(StepRecord.from_turns(len(a.record.steps), a.turn, reply, nxt))
         if nxt.done:
             a.record.error = nxt.info.get("error", "")
-            finish(a.record)
+            if not replay(a.job, nxt):
+                finish(a.record)
             del active[s]
         else:
             a.state, a.turn = a.state.advance(command, nxt), nxt
