@@ -1,6 +1,7 @@
 """`agentprm train-policy`: AgentPRM stage 3 — update π_{i-1} against a PRM, by online DPO (reference = π_{i-1}),
 kl-distill, or beam-distill (SFT on PRM-guided beam search over `--tasks`). The flags are the loop's `policy`
-section (policy/config.py `PolicyUpdateConfig`) and the update is the loop's own (`run_update`), so the π_i a loop trains is the one this command trains from the same inputs and seed.
+section (policy/config.py `PolicyUpdateConfig`) and the update is the loop's own (`run_update`), so the π_i a loop
+trains is the one this command trains from the same inputs and seed.
 GRPO and SPRO need groups of fresh episodes and run inside `agentprm loop` (`algo: grpo|spro`)."""
 from __future__ import annotations
 
