@@ -2,11 +2,13 @@
 (torch and transformers never imported) vs with the imports every command paid before (issue 15), side by side in
 one run, each in fresh processes.
 
-    python bench/cli_startup.py [--repeats 5]
+    python bench/cli_startup.py [--repeats 5] [--before-rev 9d2d476]
 
-Both sides run the same command end to end (parse, read the rollouts, write the targets); side 1 first imports
-torch and transformers, which the CLI did at start-up for every command before the config dataclasses moved to
-policy/config.py, prm/config.py and train/config.py. Prints the median wall seconds of each side and the ratio.
+Both sides run the same command end to end (parse, read the rollouts, write the targets). Side 1 is the CLI as it
+was: with --before-rev, that revision's own code (checked out into a temporary git worktree); without, the current
+code after importing torch and transformers first, which the CLI did at start-up for every command before the
+config dataclasses moved to policy/config.py, prm/config.py and train/config.py. Prints the median wall seconds of
+each side and the ratio.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ CHILD = """
 import sys
 if sys.argv[1] == "before":
     import torch, transformers  # noqa: F401  what every command imported before
+elif sys.argv[1] != "now":
+    sys.path.insert(0, sys.argv[1])   # an earlier revision's worktree
 from agentprm.cli import main
 sys.exit(main(["targets", "mc", "--rollouts", sys.argv[2], "--out", sys.argv[3]]))
 """
@@ -39,20 +43,33 @@ def rollouts(folder: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--before-rev", help="measure this git revision's CLI as the 'before' side")
     args = ap.parse_args()
+    repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
         data = rollouts(Path(tmp))
-        seconds: dict[str, list[float]] = {"before": [], "now": []}
-        for _ in range(args.repeats):           # interleaved, so both sides see the same machine load
-            for side in seconds:
-                start = time.perf_counter()
-                subprocess.run([sys.executable, "-c", CHILD, side, str(data), str(Path(tmp) / f"{side}.parquet")],
-                               check=True, capture_output=True)
-                seconds[side].append(time.perf_counter() - start)
-    before, now = (statistics.median(seconds[s]) for s in ("before", "now"))
+        before_side = "before"
+        if args.before_rev:
+            before_side = str(Path(tmp) / "before")
+            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", before_side, args.before_rev],
+                           check=True, capture_output=True)
+        seconds: dict[str, list[float]] = {before_side: [], "now": []}
+        try:
+            for _ in range(args.repeats):           # interleaved, so both sides see the same machine load
+                for side in seconds:
+                    start = time.perf_counter()
+                    subprocess.run([sys.executable, "-c", CHILD, side, str(data), str(Path(tmp) / "q.parquet")],
+                                   check=True, capture_output=True, cwd=tmp)
+                    seconds[side].append(time.perf_counter() - start)
+        finally:
+            if args.before_rev:
+                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", before_side],
+                               capture_output=True)
+    before, now = (statistics.median(seconds[s]) for s in (before_side, "now"))
+    what = f"revision {args.before_rev}" if args.before_rev else "with torch + transformers imported"
     print(f"agentprm targets mc, median of {args.repeats} fresh processes:")
-    print(f"  with torch + transformers imported (before): {before:.2f} s")
-    print(f"  as the CLI runs it now:                      {now:.2f} s")
+    print(f"  before ({what}): {before:.2f} s")
+    print(f"  now: {now:.2f} s")
     print(f"  ratio: {before / now:.1f}x faster")
 
 
