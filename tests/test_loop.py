@@ -358,3 +358,38 @@ def test_a_broken_eval_game_fails_its_stage_unless_allowed(tmp_path, generated_t
     cfg.write_text(yaml.safe_dump(raw))
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run), "--resume"]) == 0
     assert json.loads((run / "evals" / "pi0.json").read_text())["errors"] == 1
+
+
+def test_resume_torture_killed_runs_finish_equal_to_an_uninterrupted_one(tmp_path, generated_tasks, tiny_policy):
+    """Issue 17: SIGKILL the mini loop at seeded random moments, resume each time; the finished run's results and
+    π1's weights equal those of a run never interrupted."""
+    import random
+
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})
+    clean, tortured = tmp_path / "clean", tmp_path / "tortured"
+    start = time.monotonic()
+    assert subprocess.run([sys.executable, "-m", "agentprm.cli", "loop", "--config", str(cfg), "--run-dir",
+                           str(clean)], capture_output=True).returncode == 0
+    wall = time.monotonic() - start                  # kill each attempt somewhere inside a whole run's time
+    rng, kills = random.Random(17), 0
+    for attempt in range(4):
+        argv = [sys.executable, "-m", "agentprm.cli", "loop", "--config", str(cfg), "--run-dir", str(tortured)]
+        proc = subprocess.Popen(argv + (["--resume"] if attempt else []), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout=rng.uniform(0.25, 0.75) * wall)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kills += 1
+        if (tortured / "results.json").exists():
+            break
+    if not (tortured / "results.json").exists():
+        assert main(["loop", "--config", str(cfg), "--run-dir", str(tortured), "--resume"]) == 0
+    assert kills >= 1
+    rows = lambda run: [{k: r[k] for k in ("policy", "best_of_n", "success_rate", "per_task")}  # noqa: E731
+                        for r in json.loads((run / "results.json").read_text())["rows"]]
+    assert rows(tortured) == rows(clean)
+    for weights in ("iter_1/prm/model.safetensors", "iter_1/policy/model.safetensors"):
+        assert (tortured / weights).read_bytes() == (clean / weights).read_bytes(), weights
+    assert not list(tortured.rglob("*.partial*")) and not list(tortured.rglob(".*.tmp"))
