@@ -112,3 +112,23 @@ def test_output_paths_that_cannot_work_are_refused_before_work(generated_tasks, 
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and message in err
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and a_file.read_text() == "keep"
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "config.json").write_text("{bad"), "config.json: not valid JSON"),
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000]),
+     "cannot load the model (SafetensorError"),
+    (lambda d: ((d / "model.safetensors").unlink(), (d / "pytorch_model.bin").write_bytes(b"x")),
+     "pytorch_model.bin is a pickle"),
+])
+def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, tmp_path, capsys, damage, message):
+    """Issue 17: a bad config.json, truncated weights or a pickled checkpoint were tracebacks (the pickle is never
+    loaded)."""
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(policy_dir, folder)
+    damage(folder)
+    assert main(["eval", "--policy", str(folder), "--tasks", str(generated_tasks.eval), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err and str(folder) in err

@@ -76,8 +76,28 @@ def load_causal_lm(path: str | Path, *, trust_remote_code: bool = False, **kwarg
     """Any Hugging Face causal LM saved in a local folder; never reaches the network. `kwargs` go to
     `from_pretrained` (e.g. dtype)."""
     path = _model_dir(path, "config.json", "model")
-    return place(AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code,
-                                                      local_files_only=True, **kwargs))
+    return place(load_weights(AutoModelForCausalLM, path, trust_remote_code=trust_remote_code, **kwargs))
+
+
+def load_weights(auto_class, path: Path, **kwargs: Any) -> PreTrainedModel:
+    """`auto_class.from_pretrained` of a local folder, safetensors only (a pickled pytorch_model.bin is refused, not
+    unpickled); a bad config.json, corrupt or truncated weights, or weights that do not fit the config are a one-line
+    error naming the folder."""
+    import json
+
+    try:
+        json.loads((path / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}/config.json: not valid JSON ({e})") from None
+    if not any(path.glob("*.safetensors")):
+        pickled = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt"))
+        raise UserError(f"{path}: no .safetensors weights" + (f" ({pickled[0]} is a pickle: agentprm does not unpickle "
+                        "model files; convert it to safetensors)" if pickled else ""))
+    try:
+        return auto_class.from_pretrained(path, local_files_only=True, use_safetensors=True, **kwargs)
+    except Exception as e:   # transformers raises OSError/ValueError/RuntimeError, safetensors its own kind
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"{path}: cannot load the model ({type(e).__name__}: {first[:300]})") from None
 
 
 def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:

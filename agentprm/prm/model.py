@@ -30,7 +30,7 @@ from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.errors import UserError
 from agentprm.io import atomic_dir
 from agentprm.models.device import place
-from agentprm.models.presets import PRESETS, load_tokenizer, preset_config
+from agentprm.models.presets import PRESETS, load_tokenizer, load_weights, preset_config
 
 KIND = "prm"
 
@@ -124,7 +124,7 @@ def _ensure_pad(tokenizer) -> None:
 def _load_classifier(folder: Path, pad_token_id: int | None) -> PreTrainedModel:
     if not (folder / "config.json").exists():
         raise UserError(f"{folder}: not a model folder (no config.json)")
-    lm = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, local_files_only=True)
+    lm = load_weights(AutoModelForSequenceClassification, folder, num_labels=1)
     lm.config.pad_token_id = pad_token_id
     return place(lm)
 
