@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -109,40 +110,38 @@ def _write_table(path: Path, columns: dict) -> None:
     pq.write_table(pa.table({k: v[:n] for k, v in columns.items()}), path)
 
 
-@FUZZ
-@given(data=st.data())
-def test_trajectory_files(tmp_path, data):
-    from agentprm.data.trajectories import SCHEMA, iter_episodes, read_trajectories
+def _read_trajectories(path: Path) -> None:
+    from agentprm.data.trajectories import iter_episodes, read_trajectories
 
-    path = tmp_path / "t.parquet"
-    if data.draw(st.booleans()):
-        path.write_bytes(data.draw(st.binary(max_size=64)))
-    else:
-        _write_table(path, data.draw(_tables(list(SCHEMA.names))))
-    try:
-        episodes = list(iter_episodes(read_trajectories(path)))
-    except UserError as e:
-        assert "\n" not in str(e).strip() and str(path) in str(e)
-        return
-    assert all(e.steps for e in episodes)
+    assert all(e.steps for e in iter_episodes(read_trajectories(path)))
 
 
-@FUZZ
-@given(data=st.data())
-def test_targets_files(tmp_path, data):
+def _read_targets(path: Path) -> None:
     from agentprm.data.tables import TARGETS_SCHEMA, read_targets
 
-    path = tmp_path / "q.parquet"
+    assert read_targets(path).table.schema.names[:len(TARGETS_SCHEMA.names)] == TARGETS_SCHEMA.names
+
+
+def _schema(name: str) -> list[str]:
+    from agentprm.data.tables import TARGETS_SCHEMA
+    from agentprm.data.trajectories import SCHEMA
+
+    return list({"trajectories": SCHEMA, "targets": TARGETS_SCHEMA}[name].names)
+
+
+@pytest.mark.parametrize("kind, read", [("trajectories", _read_trajectories), ("targets", _read_targets)])
+@FUZZ
+@given(data=st.data())
+def test_parquet_files(tmp_path, data, kind, read):
+    path = tmp_path / f"{kind}.parquet"
     if data.draw(st.booleans()):
         path.write_bytes(data.draw(st.binary(max_size=64)))
     else:
-        _write_table(path, data.draw(_tables(list(TARGETS_SCHEMA.names))))
+        _write_table(path, data.draw(_tables(_schema(kind))))
     try:
-        targets = read_targets(path)
+        read(path)
     except UserError as e:
         assert "\n" not in str(e).strip() and str(path) in str(e)
-        return
-    assert targets.table.schema.names[:len(TARGETS_SCHEMA.names)] == TARGETS_SCHEMA.names
 
 
 # ---------------------------------------------------------------- model folders' agentprm.json
