@@ -56,12 +56,12 @@ def test_loop_configs(tmp_path, doc):
 
 
 @FUZZ
-@given(text=st.text(max_size=200))
-def test_loop_config_text(tmp_path, text):
+@given(raw=st.one_of(st.text(max_size=200).map(str.encode), st.binary(max_size=200)))
+def test_loop_config_bytes(tmp_path, raw):
     from agentprm.loop.config import load_config
 
     path = tmp_path / "c.yaml"
-    path.write_text(text)
+    path.write_bytes(raw)
     try:
         load_config(path)
     except UserError as e:
@@ -78,14 +78,14 @@ manifest_rows = st.lists(st.one_of(
 
 
 @FUZZ
-@given(rows=manifest_rows)
-def test_task_manifests(tmp_path, rows):
+@given(rows=manifest_rows, tail=st.one_of(st.just(b""), st.binary(max_size=8)))
+def test_task_manifests(tmp_path, rows, tail):
     from agentprm.envs.alfworld.tasks import MANIFEST, TaskSpec, load_tasks
 
     folder = tmp_path / "tasks"
     (folder / "g0").mkdir(parents=True, exist_ok=True)
     lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
-    (folder / MANIFEST).write_text("\n".join(line.replace("\n", " ") for line in lines))
+    (folder / MANIFEST).write_bytes("\n".join(line.replace("\n", " ") for line in lines).encode() + tail)
     try:
         tasks = load_tasks(folder)
     except UserError as e:

@@ -242,6 +242,8 @@ def read_yaml(path: str | Path, what: str = "config") -> dict:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: must be a mapping of fields, got {type(data).__name__}")
     return data

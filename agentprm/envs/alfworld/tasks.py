@@ -65,7 +65,11 @@ def load_tasks(root: str | Path, types=None) -> list[TaskSpec]:
 
 def _read_manifest(manifest: Path) -> list[TaskSpec]:
     tasks = []
-    for lineno, line in enumerate(manifest.read_text().splitlines(), 1):
+    try:
+        text = manifest.read_text()
+    except UnicodeDecodeError as e:
+        raise UserError(f"{manifest}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
