@@ -46,17 +46,17 @@ class Timer:
 
 
 def build_model_folder(out: Path, size: str) -> tuple[Path, int]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    """A policy folder of a `size` Llama with random weights (a registered preset, built on the placed device)."""
     from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.encoding import PromptConfig
-    from agentprm.models import load_tokenizer
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import PRESETS, build_model, register_preset
 
-    tokenizer = load_tokenizer(Path(__file__).resolve().parents[1] / "agentprm" / "assets" / "policy")
-    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=2048, tie_word_embeddings=True,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, **SIZES[size])
-    model = LlamaForCausalLM(config)
+    name = f"gpu-check-{size}"
+    if name not in PRESETS:
+        register_preset(name)(lambda: dict(SIZES[size]))
+    tokenizer = build_tokenizer()
+    model = build_model(name, tokenizer, seed=0)
     save_policy(model, tokenizer, out, PromptConfig())
     return out, sum(p.numel() for p in model.parameters())
 
