@@ -86,6 +86,14 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def read_text(path: str | os.PathLike) -> str:
+    """A text file the project reads (configs, manifests, agentprm.json): a one-line error if it is not UTF-8."""
+    try:
+        return Path(path).read_text()
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

@@ -87,7 +87,8 @@ def test_eval_with_a_broken_game_is_loud(generated_tasks, tmp_path, capsys):
     assert main(argv) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()[-1]
-    assert err.startswith(f"error: 1 of {generated_tasks.num} episodes hit an env error") and broken.task_id in err
+    assert err.startswith(f"agentprm eval: error: 1 of {generated_tasks.num} episodes hit an env error")
+    assert broken.task_id in err and "--max-errors 1" in err
     assert "errors" in captured.out
     s = json.loads(path.read_text())
     assert s["errors"] == 1 and s["by_type"][broken.task_type]["errors"] == 1

@@ -16,7 +16,7 @@ from pathlib import Path
 from agentprm.agent.format import DEFAULT_HISTORY_TURNS, state_to_messages, steered_messages
 from agentprm.agent.state import AgentState
 from agentprm.errors import UserError
-from agentprm.io import write_json
+from agentprm.io import read_text, write_json
 
 CONFIG_FILE = "agentprm.json"
 
@@ -47,8 +47,8 @@ class PromptConfig:
 def read_json_object(path: Path) -> dict:
     """A JSON object from `path` (an agentprm.json); a one-line error for anything else."""
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: must hold a JSON object, got {type(data).__name__}")

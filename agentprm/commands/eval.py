@@ -4,8 +4,6 @@ beam search (keep the `--beam-width` best partial episodes by Q every turn). Epi
 play them (the `eval` section's step budget, the `rollout` section's envs)."""
 from __future__ import annotations
 
-import sys
-
 from agentprm.commands.common import add_common, add_device_flags, add_config_flags, write_summary
 from agentprm.commands.rollout import add_policy_args, make_agent, play
 from agentprm.errors import require
@@ -38,7 +36,7 @@ def run(args) -> int:
     require(not searching or args.temperature > 0, "--best-of/--beam-width sample replies: pass --temperature > 0")
     require(args.max_errors >= 0, f"--max-errors must be at least 0 (got {args.max_errors})")
     agent = make_agent(args)
-    from agentprm.data.summary import print_table
+    from agentprm.data.summary import check_env_errors, print_table
 
     if searching:
         from agentprm.prm.loading import load_prm
@@ -56,12 +54,7 @@ def run(args) -> int:
     summary["policy"] = agent.name
     print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
     write_summary(args, summary)
-    failed = [e for e in episodes if e.error]
-    if len(failed) > args.max_errors:
-        print(f"error: {len(failed)} of {len(episodes)} episodes hit an env error, counted as failures above (first: "
-              f"{failed[0].task_id}: {failed[0].error.splitlines()[0][:200]}); --max-errors {len(failed)} accepts "
-              "them", file=sys.stderr)
-        return 2
+    check_env_errors(episodes, args.max_errors, "", "pass --max-errors {n}")   # after the table and the JSON
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from agentprm.commands.common import add_device_flags, write_summary
+from agentprm.commands.common import add_device_flags, config_from_args, write_summary
 
 QUICKSTART_OUT = "runs/quickstart"
 
@@ -47,8 +47,6 @@ def run_loop(args) -> int:
 
 def run_quickstart(args) -> int:
     from agentprm.loop.config import LoopConfig
-
-    from agentprm.commands.common import config_from_args
     from agentprm.models.device import DeviceConfig
 
     cfg = LoopConfig(algo=args.algo, seed=args.seed, device=config_from_args(DeviceConfig, args))

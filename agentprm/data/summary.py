@@ -8,6 +8,8 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from agentprm.errors import UserError
+
 
 def wilson_ci(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     """Wilson score interval: sane at 0 and n successes, unlike the normal approximation."""
@@ -38,6 +40,16 @@ def summarize(episodes: Sequence) -> dict:
     out["by_type"] = {t: _rate(eps) for t, eps in sorted(by_type.items())}
     out["per_task"] = per_task(episodes)
     return out
+
+
+def check_env_errors(episodes: Sequence, max_errors: int, where: str, accept: str) -> None:
+    """Broken input is loud: a UserError when more than `max_errors` episodes hit an env error (a broken game, a lost
+    worker), naming the first; `accept` says how to let them through (e.g. "--max-errors 3")."""
+    failed = [e for e in episodes if e.error]
+    if len(failed) > max_errors:
+        raise UserError(f"{where}{len(failed)} of {len(episodes)} episodes hit an env error, counted as failures "
+                        f"(first: {failed[0].task_id}: {failed[0].error.splitlines()[0][:200]}); fix the game or "
+                        f"{accept.format(n=len(failed))} to accept them")
 
 
 def per_task(episodes: Sequence) -> dict[str, list[int]]:

@@ -16,6 +16,8 @@ from typing import Mapping
 
 import numpy as np
 
+from agentprm.data.summary import row_key
+
 PerTask = Mapping[str, "tuple[int, int] | list[int]"]
 RESAMPLES = 10_000
 
@@ -90,16 +92,14 @@ def comparisons(per_seed_rows: Mapping[int, list[dict]], resamples: int = RESAMP
     """The paired comparisons a loop's rows claim (claimed_pairs), pooled over seeds: rows are matched across seeds
     by (policy, iteration, Best-of-N, search). Rows without per-task outcomes (evals written by older versions)
     are skipped."""
-    from agentprm.data.summary import row_key as key
-
     by_key: dict[tuple, dict[int, dict]] = {}
     for seed, rows in per_seed_rows.items():
         for r in rows:
-            by_key.setdefault(key(r), {})[seed] = r
+            by_key.setdefault(row_key(r), {})[seed] = r
     first = next(iter(per_seed_rows.values()), [])
     out = []
     for a, b in claimed_pairs(first):
-        ra, rb = by_key[key(a)], by_key[key(b)]
+        ra, rb = by_key[row_key(a)], by_key[row_key(b)]
         if set(ra) != set(rb) or any("per_task" not in r for r in (*ra.values(), *rb.values())):
             continue
         diff = paired_difference({s: r["per_task"] for s, r in ra.items()},

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from agentprm.errors import UserError
+from agentprm.io import read_text
 from agentprm.models.device import DeviceConfig, check_device_config
 from agentprm.policy.config import (CRITICS, METHODS as POLICY_METHODS, HackingConfig, PolicyGradientConfig,
                                     PolicyUpdateConfig, SFTConfig)
@@ -239,11 +240,9 @@ def read_yaml(path: str | Path, what: str = "config") -> dict:
     if not path.is_file():
         raise UserError(f"{path}: no such {what} file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(read_text(path)) or {}
     except yaml.YAMLError as e:
         raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: must be a mapping of fields, got {type(data).__name__}")
     return data

@@ -17,6 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
+from agentprm.data.summary import check_env_errors
 from agentprm.errors import UserError
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.algos import get_algorithm
@@ -134,13 +135,9 @@ class Loop:
         return summary
 
     def check_errors(self, stage: str, episodes) -> None:
-        """Broken input is loud: more than `rollout.max_errors` episodes with an env error fail the stage (it is not
-        marked complete; a resume plays it again)."""
-        failed = [e for e in episodes if e.error]
-        if len(failed) > self.cfg.rollout.max_errors:
-            raise UserError(f"stage {stage}: {len(failed)} of {len(episodes)} episodes hit an env error (first: "
-                            f"{failed[0].task_id}: {failed[0].error.splitlines()[0][:200]}); fix the game or set "
-                            f"rollout.max_errors: {len(failed)} to accept them")
+        """More than `rollout.max_errors` episodes with an env error fail the stage: it is not marked complete, and
+        a resume plays it again."""
+        check_env_errors(episodes, self.cfg.rollout.max_errors, f"stage {stage}: ", "set rollout.max_errors: {n}")
 
     def rollouts(self, i: int, prev: Path, train_tasks, demos=None) -> Path:
         """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task — with `demos` (expert episodes), an

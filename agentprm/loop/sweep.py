@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from agentprm.data.summary import pooled_rows
+from agentprm.data.summary import pooled_rows, row_key
 from agentprm.errors import UserError
 from agentprm.loop.config import LoopConfig, from_dict, read_yaml
 from agentprm.loop.run import Loop
@@ -175,8 +175,6 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
     variant's last π, and beam vs Best-of-N."""
     from agentprm.eval.paired import comparisons, paired_difference, row_name
 
-    from agentprm.data.summary import row_key as key
-
     label = lambda name, r: f"{name}: {row_name(r)}" if name else row_name(r)  # noqa: E731
     out: list[dict] = []
 
@@ -193,13 +191,13 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
 
     def row(name: str, k: tuple) -> tuple[str, dict[int, dict]]:
         per_seed = summary[name]["per_seed"]
-        found = {s: next((r for r in rows if key(r) == k), None) for s, rows in per_seed.items()}
+        found = {s: next((r for r in rows if row_key(r) == k), None) for s, rows in per_seed.items()}
         return label(name, {"policy": k[0], "best_of_n": k[2], "search": k[3]}), found
 
     def last(name: str) -> tuple[str, dict[int, dict]]:
         rows = next(iter(summary[name]["per_seed"].values()))
         top = max(r["iteration"] for r in rows)
-        return row(name, next(key(r) for r in rows if r["iteration"] == top and r["best_of_n"] == 1
+        return row(name, next(row_key(r) for r in rows if r["iteration"] == top and r["best_of_n"] == 1
                               and not r.get("search")))
 
     for name, done in summary.items():
@@ -211,7 +209,7 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
             continue
         for r in next(iter(summary[name]["per_seed"].values())):
             if r["iteration"] > 0:
-                add(row(name, key(r)), row(reference, key(r)))
+                add(row(name, row_key(r)), row(reference, row_key(r)))
     if search is not None:
         name, per_seed = search
         bon, beam = ((next(iter(per_seed.values()))[k]["policy"], {s: rows[k] for s, rows in per_seed.items()})

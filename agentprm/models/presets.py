@@ -10,6 +10,8 @@ parameters, so max_position_embeddings (1024, above the ~600 tokens of our longe
 """
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,8 +85,6 @@ def load_weights(auto_class, path: Path, **kwargs: Any) -> PreTrainedModel:
     """`auto_class.from_pretrained` of a local folder, safetensors only (a pickled pytorch_model.bin is refused, not
     unpickled); a bad config.json, corrupt or truncated weights, or weights that do not fit the config are a one-line
     error naming the folder."""
-    import json
-
     try:
         json.loads((path / "config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -125,8 +125,6 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, source: str | Path) ->
     """What agentprm needs of a tokenizer, for any HF checkpoint: an eos token (else a one-line error naming the
     folder), a pad token (missing: pad = eos) and a chat template (missing: FALLBACK_CHAT_TEMPLATE). Each change is
     said once per folder on stderr and kept in NOTES; saving the tokenizer afterwards keeps it."""
-    import sys
-
     if tokenizer.eos_token is None:
         raise UserError(f"{source}: the tokenizer has no eos token (set 'eos_token' in tokenizer_config.json)")
     changes = []

@@ -28,8 +28,8 @@ from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, enco
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.policy.advantages import pad_steps, spro_advantages
-from agentprm.train.core import train
 from agentprm.policy.config import PolicyGradientConfig
+from agentprm.train.core import train
 
 
 Group = list[EncodedEpisode]

@@ -29,8 +29,8 @@ from agentprm.agent.tokenizer import MAX_INSTANCE_NUMBER
 from agentprm.data.trajectories import EpisodeRecord, StepRecord, iter_episodes, read_trajectories
 from agentprm.errors import UserError
 from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer
-from agentprm.train.core import num_steps, train
 from agentprm.policy.config import SFTConfig
+from agentprm.train.core import num_steps, train
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)
 _NAME_RE = re.compile(r"\b([a-z]+) (\d+)\b")

@@ -8,8 +8,6 @@ from typing import Sequence
 from agentprm.policy.config import PolicyUpdateConfig
 
 
-
-
 def run_update(policy, critic, states: Sequence, p: PolicyUpdateConfig, seed: int, reference: str,
                progress: bool = True, on_log=None, steer_frac: float = 0.0, tasks: Sequence = (),
                max_steps: int = 30, workers: int = 2) -> tuple[str, dict]:

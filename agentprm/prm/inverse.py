@@ -33,8 +33,8 @@ from agentprm.data.trajectories import EpisodeRecord, iter_episodes, read_trajec
 from agentprm.errors import UserError
 from agentprm.prm.model import ProcessRewardModel
 from agentprm.rollout.reset import prefix_length
-from agentprm.train.core import train
 from agentprm.train.config import TrainConfig
+from agentprm.train.core import train
 
 LOSS_NAME = "inverse-prm"
 

@@ -36,8 +36,8 @@ from agentprm.agent.scoring import reply_logprobs, score_candidates
 from agentprm.agent.state import AgentState
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.errors import UserError
-from agentprm.train.core import train
 from agentprm.train.config import TrainConfig
+from agentprm.train.core import train
 
 KEY = "implicit_prm"
 

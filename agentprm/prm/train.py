@@ -27,9 +27,9 @@ from agentprm.prm.model import ProcessRewardModel
 from agentprm.prm.pqm import PQMLoss, pqm_trajectories
 from agentprm.targets.mc import load_states
 from agentprm.targets.pairs import pair_indices
-from agentprm.train.core import train
 from agentprm.prm.config import PrmDataConfig
 from agentprm.train.config import TrainConfig
+from agentprm.train.core import train
 
 
 def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np.ndarray:

@@ -68,10 +68,10 @@ def _read_entry(path: Path) -> str | None:
     entry is removed; None when there is none."""
     try:
         header, _, sas = path.read_text().partition("\n")
-    except (OSError, UnicodeDecodeError):
-        header, sas = "", ""
-    if not path.exists():
+    except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError):   # unreadable: as corrupt
+        header, sas = "", ""
     if header != f"; sha256 {hashlib.sha256(sas.encode()).hexdigest()}":
         path.unlink(missing_ok=True)
         return None
@@ -116,7 +116,7 @@ def bound_cache(folder: Path, limit: int) -> int:
 def _translate_via_disk(fast_downward, domain: str, problem: str, verbose: bool, optimize: bool):
     digest = hashlib.sha256("\0".join((domain, problem, str(optimize))).encode()).hexdigest()
     path = sas_cache_dir() / f"{digest}{SAS_SUFFIX}"
-    sas = _read_entry(path) if path.exists() else None
+    sas = _read_entry(path)
     if sas is not None:
         argv, sys.argv = sys.argv, ["translate.py", "domain", "task"]  # its options module parses argv on import
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE
 from agentprm.envs.alfworld.setup import TASK_TYPES
 from agentprm.errors import UserError
+from agentprm.io import read_text
 
 MANIFEST = "tasks.jsonl"
 REQUIRED = ("task_id", "task_type", "game")
@@ -64,12 +65,8 @@ def load_tasks(root: str | Path, types=None) -> list[TaskSpec]:
 
 
 def _read_manifest(manifest: Path) -> list[TaskSpec]:
-    tasks = []
-    try:
-        text = manifest.read_text()
-    except UnicodeDecodeError as e:
-        raise UserError(f"{manifest}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    tasks, seen = [], set()
+    for lineno, line in enumerate(read_text(manifest).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -93,9 +90,10 @@ def _read_manifest(manifest: Path) -> list[TaskSpec]:
             raise UserError(f"{manifest}:{lineno}: field 'game' {row['game']!r} is outside the tasks folder")
         if not game.is_dir():
             raise UserError(f"{manifest}:{lineno}: field 'game': no game folder {row['game']!r}")
-        if any(t.task_id == row["task_id"] for t in tasks):
+        if row["task_id"] in seen:
             raise UserError(f"{manifest}:{lineno}: field 'task_id' {row['task_id']!r} is repeated")
         row["game"] = str(game.resolve())
+        seen.add(row["task_id"])
         tasks.append(TaskSpec(**row))
     return tasks
 
