@@ -3,7 +3,9 @@ count branch episodes."""
 import pytest
 
 from agentprm.agent.replay import episode_states
-from agentprm.data.trajectories import first_target_turn
+import pyarrow as pa
+
+from agentprm.data.trajectories import with_provenance
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.rollout.branch import branch_jobs
 from agentprm.targets.mc import mc_targets
@@ -25,10 +27,21 @@ def task(task_id: str) -> TaskSpec:
     return TaskSpec(task_id=task_id, task_type="pick_and_place_simple", game=f"/games/{task_id}", floorplan=1)
 
 
-def test_first_target_turn():
-    assert first_target_turn("rollout-1-s0-t3-2-branch7") == 7
-    assert first_target_turn("rollout-1-s0-t3-2") == 0
-    assert first_target_turn("rollout-1-s0-t3-2-reset4") == 0   # Reset-50-50 prefixes are counted (reset.py)
+def test_first_target_turn_and_policy_turns_come_from_the_provenance_columns():
+    steps = [(f"obs {k}", "look", 0.0) for k in range(6)]
+    branch, reset, plain = (episode("x", steps, origin="branch", origin_turn=4),
+                            episode("x", steps, origin="reset", origin_turn=3), episode("x-branch5", steps))
+    assert (branch.first_target_turn(), reset.first_target_turn(), plain.first_target_turn()) == (4, 0, 0)
+    assert (branch.policy_turns(), reset.policy_turns(), plain.policy_turns()) == (range(0, 6), range(3, 6),
+                                                                                   range(0, 6))
+
+
+def test_shards_written_before_the_provenance_columns_get_them_from_the_ids():
+    old = pa.table({"episode_id": ["r-s0-t3-2-branch7", "r-s0-t3-2", "r-s0-t3-2-reset4", "r-s0-t3-2"]})
+    new = with_provenance(old)
+    assert new["origin"].to_pylist() == ["branch", "", "reset", ""]
+    assert new["origin_turn"].to_pylist() == [7, 0, 4, 0] and new["origin_turn"].type == pa.int32()
+    assert with_provenance(new) is new   # a table that has them is left alone: ids are never parsed again
 
 
 def test_branches_replay_the_prefix_then_play_another_action_where_pi_would():
@@ -51,14 +64,16 @@ def test_branch_count_is_capped_and_seeded():
     again = branch_jobs([e], [task("t0")], sampler, per_episode=3, probe=2, seed=1, max_steps=30)
     assert [j.episode_id for j in one] == [j.episode_id for j in again] and len(one) == 3
     for j in one:
-        k = first_target_turn(j.episode_id)
+        k = j.origin_turn
+        assert j.origin == "branch" and j.episode_id == f"a-branch{k}"
         assert j.start_actions == tuple(f"go to drawer {t}" for t in range(k)) + ("look",)
 
 
 def test_targets_count_a_branch_from_its_branch_turn():
     original = episode("a", [(START, "go to drawer 1", 0.0), (S1, "take apple 1", 1.0)])
     # replays turn 0, then plays another action at S1 and loses: turn 0's target must stay the original's
-    branch = episode("a-branch1", [(START, "go to drawer 1", 0.0), (S1, "look", 0.0), (S1, "inventory", 0.0)])
+    branch = episode("a-branch1", [(START, "go to drawer 1", 0.0), (S1, "look", 0.0), (S1, "inventory", 0.0)],
+                     origin="branch", origin_turn=1)
     rows = mc_targets(as_table([original, branch]), gamma=0.5).to_pylist()
     got = {(r["turn"], r["action"]): (r["q"], r["visits"]) for r in rows}
     assert got == {(0, "go to drawer 1"): (0.5, 1),        # the branch's replayed turn 0 is not a visit
@@ -84,10 +99,10 @@ def test_loop_rollouts_with_branches_on_real_games(tmp_path, generated_tasks, ti
     loop = Loop(cfg, tmp_path / "run", progress=False)
     train, _ = loop.tasks()
     episodes = {e.episode_id: e for e in iter_episodes(read_trajectories(loop.rollouts(1, tiny_policy, train)))}
-    branches = [e for e in episodes.values() if "-branch" in e.episode_id]
+    branches = [e for e in episodes.values() if e.origin == "branch"]
     assert len(episodes) - len(branches) == len(train) and len(branches) > len(train)  # an untrained π wavers
     for b in branches:
-        k = first_target_turn(b.episode_id)
+        k = b.origin_turn
         parent = episodes[b.episode_id.rsplit("-branch", 1)[0]]
         assert [s.observation for s in b.steps[:k + 1]] == [s.observation for s in parent.steps[:k + 1]]
         assert [s.action for s in b.steps[:k]] == [s.action for s in parent.steps[:k]]

@@ -8,7 +8,7 @@ from agentprm.agent.policies import ExpertAgent
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.prm.inverse import episode_transitions
 from agentprm.rollout.engine import episode_jobs, run_episodes
-from agentprm.rollout.reset import expert_actions, learner_steps, prefix_length, reset_jobs
+from agentprm.rollout.reset import expert_actions, reset_jobs
 
 SHORT_TYPES = ("pick_and_place_simple", "look_at_obj_in_light")
 
@@ -21,8 +21,8 @@ def test_reset_fraction_is_honoured_and_seeded(generated_tasks):
     reset = [j for j in jobs if j.start_actions]
     assert len(jobs) == 24 and len(reset) == 12
     for j in reset:
-        k = prefix_length(j.episode_id)
-        assert 1 <= k <= 4 and j.start_actions == tuple(demos[j.task.task_id][:k]) and j.max_steps == 10 + k
+        k = j.origin_turn
+        assert j.origin == "reset" and 1 <= k <= 4 and j.start_actions == tuple(demos[j.task.task_id][:k]) and j.max_steps == 10 + k
         assert j.task.task_id != tasks[-1].task_id
     assert jobs == reset_jobs(tasks, demos, per_task=4, seed=3, max_steps=10, tag="r", reset_frac=0.5)
     assert jobs != reset_jobs(tasks, demos, per_task=4, seed=4, max_steps=10, tag="r", reset_frac=0.5)
@@ -52,15 +52,15 @@ def test_replayed_prefix_is_the_experts_then_the_policy_acts(generated_tasks):
     episodes = run_episodes(jobs, agent, num_envs=2, num_workers=1, progress=False)
     by_task = {d.task_id: d for d in demos}
     for e in episodes:
-        k, demo = prefix_length(e.episode_id), by_task[e.task_id]
+        k, demo = e.origin_turn, by_task[e.task_id]
         assert k >= 1 and len(e.steps) == k + 2                       # the policy still gets its 2 steps
         assert [s.action for s in e.steps[:k]] == [s.action for s in demo.steps[:k]]
         assert [s.observation for s in e.steps[:k + 1]] == [s.observation for s in demo.steps[:k + 1]]
         assert [s.action for s in e.steps[k:]] == ["look", "look"]
-        assert list(learner_steps(e)) == [k, k + 1]
+        assert e.origin == "reset" and list(e.policy_turns()) == [k, k + 1]
         # InversePRM's D⁻: only π's turns (the last one has no stored s′: truncated, not won)
         assert [t.reply for t in episode_transitions(e, expert=False, start=k)] == ["look"]
-    assert sorted(agent.asked) == sorted(t for e in episodes for t in learner_steps(e))
+    assert sorted(agent.asked) == sorted(t for e in episodes for t in e.policy_turns())
 
 
 def fake_state(admissible=("go to drawer 1", "go to cabinet 1", "look", "inventory")):

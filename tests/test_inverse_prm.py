@@ -123,7 +123,6 @@ def test_inverse_prm_loop_runs_end_to_end(tmp_path, generated_tasks, tiny_policy
     from agentprm.cli import main
     from agentprm.prm.inverse import read_episodes
     from agentprm.prm.model import ProcessRewardModel
-    from agentprm.rollout.reset import prefix_length
 
     run = tmp_path / "run"
     assert main(["loop", "--config", str(mini_inverse_config(tmp_path, generated_tasks, tiny_policy)),
@@ -138,7 +137,7 @@ def test_inverse_prm_loop_runs_end_to_end(tmp_path, generated_tasks, tiny_policy
     assert meta["kind"] == "prm" and meta["loss"] == "inverse-prm" and 0.0 <= meta["metrics"]["accuracy"] <= 1.0
     ProcessRewardModel.load(run / "iter_1" / "prm")   # a normal PRM folder
     rollouts = read_episodes(run / "iter_1" / "rollouts")
-    assert len(rollouts) == 4 and sum(prefix_length(e.episode_id) > 0 for e in rollouts) == 2   # Reset-50-50
+    assert len(rollouts) == 4 and sum(e.origin == "reset" and e.origin_turn > 0 for e in rollouts) == 2   # Reset-50-50
     dpo = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["online_dpo"]
     assert dpo["reference"].endswith("policy_0") and dpo["steer_frac"] == 0.5 and dpo["steered_states"] > 0
     assert not (run / "iter_1" / "targets.parquet").exists()   # no MC targets: no outcome reward used

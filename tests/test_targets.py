@@ -24,12 +24,14 @@ from agentprm.targets.pairs import make_pairs
 START = "You are in the middle of a room. Looking quickly around you, you see a drawer 1, and a cabinet 1."
 
 
-def episode(eid: str, steps: list[tuple[str, str, float]], task_id: str = "t0", error: str = "") -> EpisodeRecord:
+def episode(eid: str, steps: list[tuple[str, str, float]], task_id: str = "t0", error: str = "",
+            origin: str = "", origin_turn: int = 0) -> EpisodeRecord:
     """steps: (observation seen, action, reward); the last step ends the episode, won iff its reward is 1."""
     records = [StepRecord(turn=t, observation=obs, admissible=(), action=act, reward=r, done=t == len(steps) - 1,
                           won=t == len(steps) - 1 and r == 1.0) for t, (obs, act, r) in enumerate(steps)]
     return EpisodeRecord(episode_id=eid, task_id=task_id, task_type="pick_and_place_simple",
-                         task="put some apple on cabinet.", policy="synthetic", seed=0, steps=records, error=error)
+                         task="put some apple on cabinet.", policy="synthetic", seed=0, steps=records, error=error,
+                         origin=origin, origin_turn=origin_turn)
 
 
 def as_table(episodes: list[EpisodeRecord]) -> pa.Table:

@@ -23,6 +23,15 @@ episodes. See docs/data.md for reading with pyarrow / pandas / `datasets`.
     error              string        empty unless the episode failed (e.g. the env worker crashed): the reason;
                                      `ShardWriter.add` puts it on every row, `iter_episodes` also finds it
                                      when a writer put it on the failing (last) row only
+    origin             string        how the episode began: "" from the task start, every action chosen by `policy`;
+                                     "reset": its first `origin_turn` actions replayed from an expert demo, then
+                                     `policy` (Reset-50-50, rollout/reset.py); "branch": its first `origin_turn`
+                                     turns replayed from another episode, a different action forced at turn
+                                     `origin_turn`, then `policy` (rollout/branch.py)
+    origin_turn        int32         the turn where a reset or branch episode leaves its source; 0 for origin ""
+
+Shards written before the provenance columns existed are read with them derived from the episode ids (which
+still end in "-reset<k>" / "-branch<k>" for those episodes, but nothing reads provenance from ids any more).
 
 An episode that failed before its first action is stored as one row with turn 0, an empty action and the
 error, so failures are never silently lost.
@@ -61,8 +70,12 @@ SCHEMA = pa.schema([
     ("seed", pa.int64()),
     ("admissible_action", pa.bool_()),
     ("error", pa.string()),
+    ("origin", pa.string()),
+    ("origin_turn", pa.int32()),
 ])
-EPISODE_COLUMNS = ("episode_id", "task_id", "task_type", "task", "policy", "seed", "error")
+EPISODE_COLUMNS = ("episode_id", "task_id", "task_type", "task", "policy", "seed", "error", "origin", "origin_turn")
+ORIGINS = ("", "reset", "branch")
+PROVENANCE = ("origin", "origin_turn")
 STEP_COLUMNS = ("turn", "observation", "admissible", "action", "reward", "done", "won", "admissible_action")
 SORT_KEYS = [("episode_id", "ascending"), ("turn", "ascending")]
 DEFAULT_ROWS_PER_SHARD = 10_000
@@ -102,6 +115,17 @@ class EpisodeRecord:
     seed: int
     steps: list[StepRecord] = field(default_factory=list)
     error: str = ""
+    origin: str = ""        # "" | "reset" | "branch" (see the module doc)
+    origin_turn: int = 0
+
+    def first_target_turn(self) -> int:
+        """The first turn whose action Q-targets count: a branch's forced action on (its earlier turns replay
+        another episode), every turn otherwise (a reset's expert prefix estimates the expert-then-π policy)."""
+        return self.origin_turn if self.origin == "branch" else 0
+
+    def policy_turns(self) -> range:
+        """The turns whose action `policy` chose (a reset's expert prefix left out)."""
+        return range(self.origin_turn if self.origin == "reset" else 0, len(self.steps))
 
     @property
     def won(self) -> bool:
@@ -215,6 +239,7 @@ def read_shard(path: Path) -> pa.Table:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         raise UserError(f"{path}: not a readable Parquet file ({e})") from None
+    table = with_provenance(table)
     for col in SCHEMA:
         if col.name not in table.column_names:
             raise UserError(f"{path}: missing column '{col.name}'")
@@ -258,16 +283,24 @@ def _checked(episode: EpisodeRecord) -> EpisodeRecord:
     return episode
 
 
-# Branch episodes (rollout/branch.py) are named after the episode they replay and their branch turn k; Q-targets
-# count them from turn k on.
-_BRANCH_RE = re.compile(r"-branch(\d+)$")
+# Branch episodes (rollout/branch.py) are named after the episode they replay and their branch turn k, reset
+# episodes after theirs and their handover turn; the ids stay readable, the provenance columns say what they are.
+_LEGACY_ORIGIN_RE = re.compile(r"-(reset|branch)(\d+)$")
 
 
 def branch_episode_id(episode_id: str, turn: int) -> str:
     return f"{episode_id}-branch{turn}"
 
 
-def first_target_turn(episode_id: str) -> int:
-    """The first turn of an episode that Q-targets count: the branch turn, 0 for an ordinary episode."""
-    m = _BRANCH_RE.search(episode_id)
-    return int(m.group(1)) if m else 0
+def with_provenance(table: pa.Table) -> pa.Table:
+    """`table` with the provenance columns; a table written before they existed (no `origin` column) gets them
+    from its episode ids, the one place that still reads an id suffix."""
+    if "origin" in table.column_names or "episode_id" not in table.column_names:
+        return table
+    ids, matches = table["episode_id"].to_pylist(), {}
+    for episode_id in dict.fromkeys(ids):
+        m = _LEGACY_ORIGIN_RE.search(str(episode_id)) if episode_id is not None else None   # types: checked later
+        matches[episode_id] = (m.group(1), int(m.group(2))) if m else ("", 0)
+    origin, turn = zip(*(matches[i] for i in ids)) if ids else ((), ())
+    return table.append_column("origin", pa.array(origin, pa.string())).append_column(
+        "origin_turn", pa.array(turn, pa.int32()))

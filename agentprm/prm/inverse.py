@@ -32,7 +32,6 @@ from agentprm.agent.state import AgentState
 from agentprm.data.trajectories import EpisodeRecord, iter_episodes, read_trajectories
 from agentprm.errors import UserError
 from agentprm.prm.model import ProcessRewardModel
-from agentprm.rollout.reset import prefix_length
 from agentprm.train.config import TrainConfig
 from agentprm.train.core import train
 
@@ -105,7 +104,7 @@ def build_transitions(demos: Iterable[EpisodeRecord], rollouts: Iterable[Episode
     """D⁺ (demos, a′ re-sampled from `policy` = π_{i-1}) followed by D⁻ (π_{i-1}'s rollouts; the expert prefix of a
     Reset-50-50 episode is not π's, so it is left out)."""
     positives = [t for e in demos for t in episode_transitions(e, expert=True)]
-    negatives = [t for e in rollouts for t in episode_transitions(e, expert=False, start=prefix_length(e.episode_id))]
+    negatives = [t for e in rollouts for t in episode_transitions(e, expert=False, start=e.policy_turns().start)]
     return resample_next(positives, policy) + negatives
 
 

@@ -8,9 +8,10 @@ sample other than the recorded reply becomes the branch action a′. The branch 
 that turn, plays a′, then π continues to the end under the same step budget, so Q̂(s, a′) and Q̂(s, a) are
 estimates of Q^π at the same state with the same steps left.
 
-Branch episode ids end in "-branch<k>" (k = the branch turn). The replayed prefix is stored like any other rows
-(so replaying the episode rebuilds the states); Q-targets count a branch episode only from turn k on
-(`first_target_turn`): its earlier rows are π's recorded replies followed by a forced a′, not a sample of π.
+A branch episode has origin "branch" and origin_turn k (the branch turn; data/trajectories.py), and its id is the
+parent's with "-branch<k>". The replayed prefix is stored like any other rows (so replaying the episode rebuilds the
+states); Q-targets count a branch episode only from turn k on (`EpisodeRecord.first_target_turn`): its earlier rows
+are π's recorded replies followed by a forced a′, not a sample of π.
 """
 from __future__ import annotations
 
@@ -47,5 +48,6 @@ def branch_jobs(episodes: Sequence[EpisodeRecord], tasks: Sequence[TaskSpec], ag
         for k, alternative in sorted(rng.sample(chosen, min(per_episode, len(chosen)))):
             prefix = tuple(s.action for s in episode.steps[:k]) + (alternative,)
             jobs.append(EpisodeJob(task=by_id[episode.task_id], episode_id=branch_episode_id(episode.episode_id, k),
-                                   seed=episode.seed, max_steps=max_steps, start_actions=prefix))
+                                   seed=episode.seed, max_steps=max_steps, start_actions=prefix,
+                                   origin="branch", origin_turn=k))
     return jobs

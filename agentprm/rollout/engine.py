@@ -11,7 +11,7 @@ deterministic agent the results do not depend on how many run at once. Every tur
 
 A job may carry `start_actions` (Reset-50-50, see agentprm/rollout/reset.py): the engine plays them first, in place
 of the agent, then hands over. Their rows are stored like any other (so replaying the episode rebuilds exactly the
-states the agent saw); the job's episode id marks how many there are (`reset.prefix_length`).
+states the agent saw); the job's `origin` / `origin_turn` become the episode's provenance columns.
 """
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ class EpisodeJob:
     seed: int = 0
     max_steps: int = 50
     start_actions: tuple[str, ...] = ()   # played before the agent takes over (counted in max_steps)
+    origin: str = ""                      # the episode's provenance columns (data/trajectories.py): "reset" or
+    origin_turn: int = 0                  # "branch" and the turn where it leaves its source
 
 
 @dataclass
@@ -63,7 +65,8 @@ def _env_factory(job: EpisodeJob, expert: bool):
 
 def _record(job: EpisodeJob, policy: str, task_text: str = "", error: str = "") -> EpisodeRecord:
     return EpisodeRecord(episode_id=job.episode_id, task_id=job.task.task_id, task_type=job.task.task_type,
-                         task=task_text, policy=policy, seed=job.seed, error=error)
+                         task=task_text, policy=policy, seed=job.seed, error=error, origin=job.origin,
+                         origin_turn=job.origin_turn)
 
 
 def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8, num_workers: int | None = None,

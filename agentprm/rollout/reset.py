@@ -5,15 +5,14 @@ Which jobs reset, and where, is drawn from `random.Random(seed)`: exactly round(
 jobs whose task has a demo of two or more steps (at least one expert step, at least one left to π). The handover turn
 k is uniform in [1, len(demo) − 1]; the job's step budget grows by k so π keeps its own budget.
 
-The replayed prefix is stored in the episode (replaying the rows must rebuild the agent's states) and marked by the
-episode id, which ends in "-reset<k>": `prefix_length(episode_id)` gives k, and `learner_steps` gives the turns π
-chose. A consumer that must only see π's actions (InversePRM's D⁻) starts at turn k. MC Q-targets of the last prefix
+The replayed prefix is stored in the episode (replaying the rows must rebuild the agent's states) and marked by its
+provenance columns, origin "reset" and origin_turn k (data/trajectories.py); `EpisodeRecord.policy_turns()` gives
+the turns π chose. A consumer that must only see π's actions (InversePRM's D⁻) starts there. MC Q-targets of the last prefix
 step are Q^π(s, a_expert); earlier prefix steps estimate a mixed expert-then-π policy.
 """
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import replace
 from typing import Sequence
 
@@ -22,20 +21,6 @@ from agentprm.data.trajectories import EpisodeRecord
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.errors import UserError
 from agentprm.rollout.engine import EpisodeJob, episode_jobs
-
-_RESET_RE = re.compile(r"-reset(\d+)$")
-
-
-def prefix_length(episode_id: str) -> int:
-    """Turns replayed from the expert before π took over (0 for an ordinary episode)."""
-    m = _RESET_RE.search(episode_id)
-    return int(m.group(1)) if m else 0
-
-
-def learner_steps(episode: EpisodeRecord) -> range:
-    """The turns whose action π chose."""
-    return range(prefix_length(episode.episode_id), len(episode.steps))
-
 
 def expert_actions(demos: Sequence[EpisodeRecord]) -> dict[str, list[str]]:
     """task_id -> the commands of its first won demo."""
@@ -59,5 +44,5 @@ def reset_jobs(tasks: Sequence[TaskSpec], demos: dict[str, list[str]], per_task:
         job, actions = jobs[j], demos[jobs[j].task.task_id]
         k = rng.randint(1, len(actions) - 1)
         jobs[j] = replace(job, episode_id=f"{job.episode_id}-reset{k}", start_actions=tuple(actions[:k]),
-                          max_steps=job.max_steps + k)
+                          max_steps=job.max_steps + k, origin="reset", origin_turn=k)
     return jobs

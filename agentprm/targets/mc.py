@@ -30,7 +30,8 @@ from agentprm.agent.format import parse_reply
 from agentprm.agent.replay import episode_states
 from agentprm.agent.state import AgentState
 from agentprm.data.tables import TARGETS_SCHEMA, TableFile, conform
-from agentprm.data.trajectories import SCHEMA, SORT_KEYS, iter_episodes, read_trajectories, shard_files
+from agentprm.data.trajectories import (SCHEMA, SORT_KEYS, iter_episodes, read_trajectories, shard_files,
+                                       with_provenance)
 from agentprm.errors import UserError
 
 
@@ -49,7 +50,8 @@ class TargetsConfig:
     continuation_candidates: int = 4  # … and π_{i-1}'s top commands played out at each
 
 
-ROLLOUT_COLUMNS = ("episode_id", "task_id", "task_type", "turn", "task", "observation", "action", "reward", "error")
+ROLLOUT_COLUMNS = ("episode_id", "task_id", "task_type", "turn", "task", "observation", "action", "reward", "error",
+                   "origin", "origin_turn")
 ROLLOUT_SCHEMA = pa.schema([SCHEMA.field(name) for name in ROLLOUT_COLUMNS])
 
 
@@ -105,14 +107,12 @@ def drop_failed_episodes(table: pa.Table) -> pa.Table:
 
 def counted_rows(table: pa.Table) -> np.ndarray | None:
     """Rows Q̂ averages over: a branch episode (agentprm/rollout/branch.py) only from its branch turn on, since its
-    earlier rows are a replayed prefix followed by a forced action. None when every row counts."""
-    from agentprm.data.trajectories import first_target_turn
-
-    ids, values = _codes(table["episode_id"])
-    first = np.array([first_target_turn(v) for v in values], dtype=np.int64)
-    if not first.any():
+    earlier rows are a replayed prefix followed by a forced action (`EpisodeRecord.first_target_turn`). None when
+    every row counts."""
+    branch = pc.equal(table["origin"], "branch").to_numpy(zero_copy_only=False)
+    if not branch.any():
         return None
-    return table["turn"].to_numpy() >= first[np.asarray(ids, dtype=np.int64)]
+    return ~branch | (table["turn"].to_numpy() >= table["origin_turn"].to_numpy())
 
 
 def mc_targets(table: pa.Table, gamma: float) -> pa.Table:
@@ -148,7 +148,7 @@ def read_rollout_columns(path: str | Path) -> pa.Table:
             table = pq.read_table(shard, columns=[c for c in ROLLOUT_COLUMNS if c in names])
         except (pa.ArrowException, OSError) as e:
             raise UserError(f"{shard}: not a readable Parquet file ({e})") from None
-        tables.append(conform(table, ROLLOUT_SCHEMA, shard, "trajectory"))
+        tables.append(conform(with_provenance(table), ROLLOUT_SCHEMA, shard, "trajectory"))
     table = pa.concat_tables(tables).sort_by(SORT_KEYS)
     check_turns(table, path)
     return table
