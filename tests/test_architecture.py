@@ -100,6 +100,7 @@ def test_cli_defaults_are_the_loop_defaults():
     import dataclasses
 
     from agentprm.cli import build_parser
+    from agentprm.commands.common import config_from_args
     from agentprm.loop.config import LoopConfig
 
     loop = LoopConfig()
@@ -107,7 +108,7 @@ def test_cli_defaults_are_the_loop_defaults():
     commands = {  # command line -> (loop section, fields the command has as flags)
         "train-prm --targets t --init i --out o": (loop.prm, ("loss", "epochs", "lr", "batch_size")),
         "train-policy --policy p --prm q --rollouts r --out o": (
-            loop.policy, tuple(f.name for f in dataclasses.fields(loop.policy) if f.name != "critic")),
+            loop.policy, tuple(f.name for f in dataclasses.fields(loop.policy) if f.name not in ("critic", "lora"))),
         "targets mc --rollouts r --out o": (loop.targets, ("gamma",)),
         "rollout --policy p --tasks t --out o": (
             loop.rollout, ("per_task", "temperature", "mode", "max_steps", "num_envs", "workers")),
@@ -119,6 +120,13 @@ def test_cli_defaults_are_the_loop_defaults():
         args = parse(line.split())
         assert {n: getattr(args, n) for n in names} == {n: getattr(section, n) for n in names}, line
     assert parse("eval --policy p --tasks t".split()).num_envs == loop.rollout.num_envs
+    # nested sections (LoRA) are flags with the section's name as prefix, read back into the same dataclass
+    for line, section in (("train-policy --policy p --prm q --rollouts r --out o", loop.policy),
+                          ("train-prm --targets t --init i --out o", loop.prm), ("sft --demos d --out o", loop.policy0.sft)):
+        assert config_from_args(type(section.lora), parse(line.split()), prefix="lora_") == section.lora, line
+    lora = config_from_args(type(loop.prm), parse("train-prm --targets t --init i --out o --lora-r 8 --lora-merge"
+                                                  .split()), init="i").lora
+    assert (lora.r, lora.merge, lora.alpha) == (8, True, loop.prm.lora.alpha)
     # and a flag sets the field it names
     assert parse("train-prm --targets t --init i --out o --lr 0.1 --loss pqm".split()).lr == 0.1
     assert parse("train-policy --policy p --prm q --rollouts r --out o --method kl-distill --no-distinct"

@@ -1,6 +1,7 @@
 """Policy checkpoints: a Hugging Face model folder (weights as safetensors, tokenizer) plus agentprm.json, the
 prompt settings the policy was trained with — what `LMAgent.load` reads back. Every stage that writes a policy
-(SFT, online DPO, kl-distill, GRPO/SPRO, PRIME) writes it here."""
+(SFT, online DPO, kl-distill, GRPO/SPRO, PRIME) writes it here. A model trained with LoRA adapters is saved as
+peft's adapter folder (its base named inside), or merged into full weights with `merge` (models/lora.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,10 +10,12 @@ from agentprm.agent.encoding import PromptConfig
 from agentprm.io import atomic_dir
 
 
-def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, **extra) -> Path:
+def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, merge: bool = False, **extra) -> Path:
     """Write model + tokenizer + agentprm.json (`extra` goes into it) to a temp folder, then swap it into place."""
+    from agentprm.models.lora import save_trained
+
     with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
+        save_trained(model, tmp, merge)
         tokenizer.save_pretrained(tmp)
         prompt.save(tmp, **extra)
     return Path(out_dir)

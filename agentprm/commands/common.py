@@ -54,17 +54,21 @@ def field_docs(cls) -> dict[str, str]:
 
 
 def add_config_flags(p: argparse.ArgumentParser, cls, only: Iterable[str] | None = None, skip: Iterable[str] = (),
-                     choices: Mapping[str, Iterable[str]] | None = None) -> None:
+                     choices: Mapping[str, Iterable[str]] | None = None, prefix: str = "") -> None:
     """`--field-name` for each field of the config dataclass `cls` (all, or `only`, minus `skip`): its default, type
     and doc comment come from the dataclass, the one place they are declared (the loop's YAML section is the same
-    class). Booleans get --flag / --no-flag."""
+    class). Booleans get --flag / --no-flag. A nested section's fields get its name as a prefix (`lora.r` ->
+    `--lora-r`, dest `lora_r`)."""
     defaults, docs, choices, hints = cls(), field_docs(cls), choices or {}, typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if (only is not None and f.name not in only) or f.name in skip:
             continue
-        default = getattr(defaults, f.name)
+        default, name = getattr(defaults, f.name), prefix + f.name
+        if dataclasses.is_dataclass(default):
+            add_config_flags(p, type(default), prefix=f"{name}_")
+            continue
         shown = "" if default is None else f" (default {default})"   # a None default is described by its doc
-        kwargs: dict[str, Any] = {"default": default, "dest": f.name, "help": f"{docs.get(f.name, '')}{shown}".strip()}
+        kwargs: dict[str, Any] = {"default": default, "dest": name, "help": f"{docs.get(f.name, '')}{shown}".strip()}
         hint = hints[f.name]
         args = [a for a in typing.get_args(hint) if a is not type(None)]   # int | None -> int, list[int] -> int
         if hint is bool:
@@ -75,11 +79,20 @@ def add_config_flags(p: argparse.ArgumentParser, cls, only: Iterable[str] | None
             kwargs["type"] = args[0] if args else hint
         if f.name in choices:
             kwargs["choices"] = list(choices[f.name])
-        p.add_argument(f"--{f.name.replace('_', '-')}", **kwargs)
+        p.add_argument(f"--{name.replace('_', '-')}", **kwargs)
 
 
-def config_from_args(cls, args: argparse.Namespace, **fixed):
+def config_from_args(cls, args: argparse.Namespace, prefix: str = "", **fixed):
     """The `cls` instance the flags of `add_config_flags` describe (fields without a flag keep their defaults, or
-    take `fixed`)."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    take `fixed`); nested sections are read from their prefixed flags."""
+    defaults, given = cls(), {}
+    for f in dataclasses.fields(cls):
+        name, default = prefix + f.name, getattr(defaults, f.name)
+        if f.name in fixed:
+            continue
+        if dataclasses.is_dataclass(default):
+            if any(hasattr(args, f"{name}_{g.name}") for g in dataclasses.fields(default)):
+                given[f.name] = config_from_args(type(default), args, prefix=f"{name}_")
+        elif hasattr(args, name):
+            given[f.name] = getattr(args, name)
     return cls(**{**given, **fixed})

@@ -49,7 +49,8 @@ def run(args) -> int:
     states = rollout_states(args.rollouts)
     key, meta = run_update(policy, load_prm(args.prm), states, cfg, args.seed, args.policy,
                            steer_frac=args.steer_frac, tasks=tasks, max_steps=args.max_steps)
-    save_policy(policy.backend.model, policy.tokenizer, args.out, policy.prompt_cfg, **{key: {**meta, "prm": args.prm}})
+    save_policy(policy.backend.model, policy.tokenizer, args.out, policy.prompt_cfg, merge=cfg.lora.merge,
+                **{key: {**meta, "prm": args.prm}})
     last = meta["history"][-1]
     print(f"{len(states)} states, {last['step']} steps ({cfg.method}): loss {last['loss']:.4f} -> {args.out}")
     write_summary(args, {"states": len(states), **meta})

@@ -49,7 +49,7 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
     if c.critic == "oracle":
         meta["oracle_episodes"], meta["oracle_errors"] = prm.episodes, prm.errors   # the bound's price
         prm.close()
-    save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **{key: meta})
+    save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, merge=c.lora.merge, **{key: meta})
 
 
 def generated_train_split(cfg: LoopConfig, stages: StageRunner, num: int, progress: bool = True) -> list:
@@ -90,7 +90,8 @@ def hacking_detector(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, p
     for k in range(1, h.ensemble_size):
         member_cfg = p.train_config(seed + 1000 * k)
         member = stages.run(f"iter_{i}/prm_ensemble_{k}", f"iter_{i}/prm_ensemble/{k}",
-                            lambda o, m=member_cfg: train_prm(targets, init, p.loss, o, m, progress=progress))
+                            lambda o, m=member_cfg: train_prm(targets, init, p.loss, o, m, progress=progress,
+                                                              lora=p.lora))
         ensemble.append(ProcessRewardModel.load(member))
     probe = None
     if h.probe_episodes > 0:

@@ -24,6 +24,7 @@ from agentprm.errors import UserError
 from agentprm.models.device import place
 
 MAX_POSITIONS = 1024
+ADAPTER_CONFIG = "adapter_config.json"   # a LoRA adapter folder (models/lora.py)
 PRESETS: dict[str, Callable[[], dict[str, Any]]] = {}
 
 
@@ -75,16 +76,22 @@ def _model_dir(path: str | Path, needs: str, what: str) -> Path:
 
 
 def load_causal_lm(path: str | Path, *, trust_remote_code: bool = False, **kwargs: Any) -> PreTrainedModel:
-    """Any Hugging Face causal LM saved in a local folder; never reaches the network. `kwargs` go to
-    `from_pretrained` (e.g. dtype)."""
-    path = _model_dir(path, "config.json", "model")
+    """Any Hugging Face causal LM saved in a local folder, or a LoRA adapter folder (its base with the adapter
+    merged: models/lora.py); never reaches the network. `kwargs` go to `from_pretrained` (e.g. dtype)."""
+    path = Path(path).expanduser()
+    if not (path / ADAPTER_CONFIG).is_file():
+        path = _model_dir(path, "config.json", "model")
     return place(load_weights(AutoModelForCausalLM, path, trust_remote_code=trust_remote_code, **kwargs))
 
 
 def load_weights(auto_class, path: Path, **kwargs: Any) -> PreTrainedModel:
     """`auto_class.from_pretrained` of a local folder, safetensors only (a pickled pytorch_model.bin is refused, not
     unpickled); a bad config.json, corrupt or truncated weights, or weights that do not fit the config are a one-line
-    error naming the folder."""
+    error naming the folder. A LoRA adapter folder loads its base this way and merges the adapter in."""
+    if (path / ADAPTER_CONFIG).is_file():
+        from agentprm.models.lora import load_merged
+
+        return load_merged(path, lambda base: load_weights(auto_class, base, **kwargs))
     try:
         json.loads((path / "config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -94,10 +101,18 @@ def load_weights(auto_class, path: Path, **kwargs: Any) -> PreTrainedModel:
         raise UserError(f"{path}: no .safetensors weights" + (f" ({pickled[0]} is a pickle: agentprm does not unpickle "
                         "model files; convert it to safetensors)" if pickled else ""))
     try:
-        return auto_class.from_pretrained(path, local_files_only=True, use_safetensors=True, **kwargs)
+        model = auto_class.from_pretrained(path, local_files_only=True, use_safetensors=True, **kwargs)
     except Exception as e:   # transformers raises OSError/ValueError/RuntimeError, safetensors its own kind
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(f"{path}: cannot load the model ({type(e).__name__}: {first[:300]})") from None
+    name_base(model, path)
+    return model
+
+
+def name_base(model: PreTrainedModel, folder: Path) -> None:
+    """Record `folder` (absolute) as where `model` came from: what peft writes as the base_model_name_or_path of a
+    LoRA adapter trained on it (models/lora.py)."""
+    model.name_or_path = model.config._name_or_path = str(folder.resolve())
 
 
 def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:

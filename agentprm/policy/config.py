@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from agentprm.agent.encoding import PromptConfig
-from agentprm.train.config import TrainConfig
+from agentprm.train.config import LoraConfig, TrainConfig
 
 
 @dataclass
@@ -29,6 +29,7 @@ class SFTConfig:
                                    # numbers permuted, so the model must read names instead of memorising them
     checkpoint_every: int = 0      # also save the policy every this many steps (0 = never) to
                                    # <out>-checkpoints/step-<n>: the success-vs-training-time curve
+    lora: LoraConfig = field(default_factory=LoraConfig)   # adapters instead of every weight (a model folder only)
 
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size,
@@ -60,6 +61,7 @@ class PolicyUpdateConfig:
     steps: int = 60                 # optimiser steps, each on `batch_size` rollout states (beam-distill: search steps)
     batch_size: int = 8
     lr: float = 1e-4
+    lora: LoraConfig = field(default_factory=LoraConfig)   # adapters on π_{i-1} instead of every weight
 
     def train_config(self, n_states: int, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.steps * self.batch_size / max(1, n_states),
@@ -80,6 +82,7 @@ class PolicyGradientConfig:
     steps: int = 20                # optimiser steps
     batch_groups: int = 2          # groups (tasks) per step
     lr: float = 1e-4
+    lora: LoraConfig = field(default_factory=LoraConfig)   # adapters on π_{i-1} instead of every weight
 
     def train_config(self, n_groups: int, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.steps * self.batch_groups / max(1, n_groups),

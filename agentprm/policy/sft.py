@@ -100,8 +100,17 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed:
     """Train on the demos and save the policy folder; returns the metrics (loss curve, steps, seconds, ...). `seed`:
     model init, example order, augmentation."""
     start = time.monotonic()
+    if cfg.lora.r:
+        from agentprm.models.lora import add_lora, check_lora, trainable
+
+        check_lora(cfg.lora)
+        if cfg.model in PRESETS:
+            raise UserError(f"lora: --model {cfg.model} is a preset trained from scratch, there is nothing to adapt "
+                            "(give a model folder, or train every weight with --lora-r 0)")
     episodes = load_demos(demos_path, cfg, seed)
     model, tokenizer = init_model(cfg, seed)
+    if cfg.lora.r:
+        model = add_lora(model, cfg.lora, seed=seed)
     examples = make_examples(tokenizer, episodes, cfg.prompt)
     train_cfg = cfg.train_config(seed)
     train_cfg.log_every = max(1, num_steps(len(examples), train_cfg) // 50)  # ~50 points on the loss curve
@@ -115,8 +124,10 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed:
                **({"warning": weak} if weak else {}),
                "planned_steps": num_steps(len(examples), train_cfg), "train_seconds": curve[-1]["seconds"],
                "prep_seconds": round(prep_s, 2), "final_loss": curve[-1]["loss"],
-               "params": sum(p.numel() for p in model.parameters()), "loss_curve": curve}
-    save_policy(model, tokenizer, out_dir, cfg.prompt, sft={"config": asdict(cfg), "seed": seed, "metrics": metrics})
+               "params": sum(p.numel() for p in model.parameters()), "loss_curve": curve,
+               **({"lora": trainable(model)} if cfg.lora.r else {})}
+    save_policy(model, tokenizer, out_dir, cfg.prompt, merge=cfg.lora.merge,
+                sft={"config": asdict(cfg), "seed": seed, "metrics": metrics})
     metrics["seconds"] = round(time.monotonic() - start, 2)
     return metrics
 

@@ -11,7 +11,8 @@ from agentprm.policy.config import PolicyUpdateConfig
 def run_update(policy, critic, states: Sequence, p: PolicyUpdateConfig, seed: int, reference: str,
                progress: bool = True, on_log=None, steer_frac: float = 0.0, tasks: Sequence = (),
                max_steps: int = 30, workers: int = 2) -> tuple[str, dict]:
-    """Update `policy` in place by `p.method`; returns the metadata key ("online_dpo" | "kl_distill" |
+    """Update `policy` in place by `p.method` (with `p.lora`, its model is first wrapped with LoRA adapters: save it
+    with `merge=p.lora.merge`); returns the metadata key ("online_dpo" | "kl_distill" |
     "beam_distill") and {"config", "seed", "history", "reference", ...}. `on_log`/`steer_frac` apply to online DPO;
     `reference` names π_{i-1}'s folder (the update's frozen reference is a copy of `policy` taken at the start);
     beam-distill searches on `tasks` (`max_steps`, `workers`) and ignores `states`."""
@@ -19,6 +20,11 @@ def run_update(policy, critic, states: Sequence, p: PolicyUpdateConfig, seed: in
     from agentprm.policy.online_dpo import train_online_dpo
 
     meta = {"config": p.to_dict(), "seed": seed, "reference": reference}
+    if p.lora.r:   # adapters on π_{i-1}; they start at zero, so every update's frozen copy is π_{i-1} exactly
+        from agentprm.models.lora import add_lora, trainable
+
+        policy.backend.model = add_lora(policy.backend.model, p.lora, seed=seed)
+        meta["lora"] = trainable(policy.backend.model)
     if p.method == "beam-distill":
         from agentprm.agent.lm import LMAgent
         from agentprm.policy.beam_distill import search_episodes, train_beam_distill

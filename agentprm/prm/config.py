@@ -6,9 +6,9 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from agentprm.train.config import TrainConfig
+from agentprm.train.config import LoraConfig, TrainConfig
 
 
 @dataclass
@@ -19,6 +19,8 @@ class PrmConfig:
     epochs: float = 2.0
     lr: float = 5e-4                # peak learning rate
     batch_size: int = 16
+    lora: LoraConfig = field(default_factory=LoraConfig)   # adapters on the init model (the scalar head is trained
+                                    # fully and saved with them) instead of every weight
 
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)

@@ -14,7 +14,7 @@ scored. `agentprm.json` holds the PromptConfig (inherited from the init folder) 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -30,7 +30,7 @@ from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.errors import UserError
 from agentprm.io import atomic_dir
 from agentprm.models.device import place
-from agentprm.models.presets import PRESETS, load_tokenizer, load_weights, preset_config
+from agentprm.models.presets import ADAPTER_CONFIG, PRESETS, load_tokenizer, load_weights, preset_config
 
 KIND = "prm"
 
@@ -72,10 +72,20 @@ class ProcessRewardModel(nn.Module):
         tokenizer = load_tokenizer(folder)
         return cls(_load_classifier(folder, pad_token_id=tokenizer.pad_token_id), tokenizer, PromptConfig.load(folder))
 
-    def save(self, folder: str | Path, **info: Any) -> Path:
-        """Atomically: written to a temp folder next to `folder`, then renamed over it."""
+    def add_lora(self, cfg, seed: int = 0) -> None:
+        """Train LoRA adapters on the backbone (models/lora.py) and the new scalar head in full, instead of every
+        weight; `save` then writes peft's adapter folder (head included), or merged weights with `merge`."""
+        from agentprm.models.lora import add_lora
+
+        self.lm = add_lora(self.lm, cfg, head="score", seed=seed)
+
+    def save(self, folder: str | Path, merge: bool = False, **info: Any) -> Path:
+        """Atomically: written to a temp folder next to `folder`, then renamed over it. A model with LoRA adapters
+        is saved as its adapter folder, or with `merge` as full weights."""
+        from agentprm.models.lora import save_trained
+
         with atomic_dir(folder) as tmp:
-            self.lm.save_pretrained(tmp)
+            save_trained(self.lm, tmp, merge)
             self.tokenizer.save_pretrained(tmp)
             self.prompt.save(tmp, kind=KIND, **info)
         return Path(folder)
@@ -85,9 +95,10 @@ class ProcessRewardModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Logits f(s, a), shape (batch,), for right-padded sequences."""
-        hidden = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        lm = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm   # under LoRA: peft's wrap
+        hidden = lm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         last = attention_mask.sum(-1) - 1
-        return self.lm.score(hidden[torch.arange(len(last), device=hidden.device), last]).squeeze(-1).float()
+        return lm.score(hidden[torch.arange(len(last), device=hidden.device), last]).squeeze(-1).float()
 
     def logits_of(self, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
         device = next(self.parameters()).device
@@ -122,9 +133,13 @@ def _ensure_pad(tokenizer) -> None:
 
 
 def _load_classifier(folder: Path, pad_token_id: int | None) -> PreTrainedModel:
-    if not (folder / "config.json").exists():
+    """The folder's backbone as a scalar classifier; a LoRA adapter folder (a PRM saved with its adapter, or a
+    policy adapter to initialise from) loads its base and merges the adapter in (models/lora.py)."""
+    adapter = (folder / ADAPTER_CONFIG).exists()
+    if not adapter and not (folder / "config.json").exists():
         raise UserError(f"{folder}: not a model folder (no config.json)")
-    lm = load_weights(AutoModelForSequenceClassification, folder, num_labels=1)
+    with _quiet_transformers() if adapter else nullcontext():   # an adapter's base lists the head as "MISSING"
+        lm = load_weights(AutoModelForSequenceClassification, folder, num_labels=1)
     lm.config.pad_token_id = pad_token_id
     return place(lm)
 

@@ -28,7 +28,7 @@ from agentprm.prm.pqm import PQMLoss, pqm_trajectories
 from agentprm.targets.mc import load_states
 from agentprm.targets.pairs import pair_indices
 from agentprm.prm.config import PrmDataConfig
-from agentprm.train.config import TrainConfig
+from agentprm.train.config import LoraConfig, TrainConfig
 from agentprm.train.core import train
 
 
@@ -71,8 +71,9 @@ def make_loss_fn(loss: PrmLoss) -> Callable:
 
 def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: str | Path,
               cfg: TrainConfig | None = None, data: PrmDataConfig | None = None,
-              progress: bool = False) -> dict[str, Any]:
-    """Train, evaluate, save the PRM to `out_dir` atomically; returns the metrics (also stored in agentprm.json)."""
+              progress: bool = False, lora: LoraConfig | None = None) -> dict[str, Any]:
+    """Train, evaluate, save the PRM to `out_dir` atomically; returns the metrics (also stored in agentprm.json).
+    With `lora` (r > 0) only adapters on `init`'s backbone and the scalar head are trained (models/lora.py)."""
     cfg, data, start = cfg or TrainConfig(), data or PrmDataConfig(), time.monotonic()
     prm_loss = get_prm_loss(loss)
     if not 0.0 <= data.heldout_frac < 1.0:
@@ -80,8 +81,17 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     targets = read_targets(targets_path)
     if targets.table.num_rows == 0:
         raise UserError(f"{targets_path}: no targets")
+    if lora and lora.r:
+        from agentprm.models.lora import check_lora
+
+        check_lora(lora)
+        if not Path(init).is_dir():
+            raise UserError(f"lora: --init {init} is a preset trained from scratch, there is nothing to adapt (give "
+                            "a model folder, or train every weight with --lora-r 0)")
     states = load_states(targets, data.rollouts)
     prm = ProcessRewardModel.init(init, seed=cfg.seed)
+    if lora and lora.r:
+        prm.add_lora(lora, seed=cfg.seed)
 
     prompts: dict[str, list[int]] = {}
     for state in states:
@@ -126,8 +136,12 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()},
                "initial": initial, "final": evaluate_all(), "history": history,
                "train_config": cfg.to_dict(), "data_config": asdict(data)}
+    if lora and lora.r:
+        from agentprm.models.lora import trainable
+
+        metrics["lora"] = {**lora.to_dict(), **trainable(prm)}
     metrics["seconds"] = round(time.monotonic() - start, 2)
-    prm.save(out_dir, loss=loss, targets=str(Path(targets_path).resolve()), gamma=targets.info.get("gamma"),
-             metrics=metrics["final"])
+    prm.save(out_dir, merge=bool(lora and lora.merge), loss=loss, targets=str(Path(targets_path).resolve()),
+             gamma=targets.info.get("gamma"), metrics=metrics["final"])
     return metrics
 

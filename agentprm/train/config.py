@@ -1,5 +1,6 @@
-"""`TrainConfig`: the optimisation settings of the one training core (train/core.py), kept apart from it so that
-the config sections built on it — and every CLI parser generated from them — load without torch."""
+"""`TrainConfig`: the optimisation settings of the one training core (train/core.py), and `LoraConfig`, what is
+trained (every weight, or low-rank adapters: models/lora.py) — kept apart from the code so that the config sections
+built on them, and every CLI parser generated from them, load without torch."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -16,6 +17,21 @@ class TrainConfig:
     time_budget_s: float = 0.0  # stop early after this many seconds (0 = no budget)
     seed: int = 0
     log_every: int = 50
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters through peft (models/lora.py): the `lora` part of the SFT, PRM and policy-update sections, the
+    `--lora-*` flags of `sft`, `train-prm` and `train-policy`. r = 0 trains every weight."""
+    r: int = 0                            # adapter rank (0 = off: every weight is trained)
+    alpha: float = 16.0                   # the adapter's update is scaled by alpha / r
+    dropout: float = 0.05                 # dropout on the adapter's input
+    target_modules: str = "all-linear"    # comma-separated module names, or "all-linear" (every linear layer but the
+                                          # output head)
+    merge: bool = False                   # save merged full weights (a plain model folder) instead of the adapter
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -21,11 +21,15 @@ def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks,
 
     def update(out: Path) -> None:
         model, tokenizer, prompt = load_causal_lm(prev), load_tokenizer(prev), PromptConfig.load(prev)
-        history = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)), cfg,
-                                        process_beta, seed, progress=loop.progress)
-        save_policy(model, tokenizer, out, prompt,
-                    policy_gradient={"config": cfg.to_dict(), "process_beta": process_beta, "seed": seed,
-                                     "history": history, "reference": str(prev)})
+        meta = {"config": cfg.to_dict(), "process_beta": process_beta, "seed": seed, "reference": str(prev)}
+        if cfg.lora.r:   # adapters on π_{i-1} (models/lora.py)
+            from agentprm.models.lora import add_lora, trainable
+
+            model = add_lora(model, cfg.lora, seed=seed)
+            meta["lora"] = trainable(model)
+        meta["history"] = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)),
+                                                cfg, process_beta, seed, progress=loop.progress)
+        save_policy(model, tokenizer, out, prompt, merge=cfg.lora.merge, policy_gradient=meta)
 
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", update)
     loop.evaluate_iteration(i, policy, None, eval_tasks)

@@ -1,0 +1,159 @@
+"""LoRA through peft (issue 15): adapters for SFT, the PRM and the policy update, saved in peft's own layout and
+loadable with `PeftModel.from_pretrained` as well as by every agentprm stage; merged on request; an adapter whose
+base is itself an adapter loads as the chain; the update's reference is π_{i-1} exactly."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentprm.cli import main
+
+
+def run(*argv) -> int:
+    return main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, generated_tasks, tiny_policy) -> dict[str, Path]:
+    """Demos, a few rollouts of the tiny policy, their MC targets and a PRM trained in full."""
+    root = tmp_path_factory.mktemp("lora")
+    d = {name: root / name for name in ("demos.parquet", "roll", "q.parquet", "prm")}
+    assert run("demos", "--tasks", generated_tasks.train, "--out", d["demos.parquet"], "--workers", 1) == 0
+    assert run("rollout", "--policy", tiny_policy, "--tasks", generated_tasks.train, "--per-task", 2,
+               "--temperature", 1.0, "--max-steps", 4, "--workers", 1, "--out", d["roll"]) == 0
+    assert run("targets", "mc", "--rollouts", d["roll"], "--out", d["q.parquet"]) == 0
+    assert run("train-prm", "--targets", d["q.parquet"], "--init", tiny_policy, "--out", d["prm"], "--epochs", 1,
+               "--batch-size", 8) == 0
+    return d
+
+
+def ids(n: int = 40) -> torch.Tensor:
+    return torch.arange(5, 5 + n)[None] % 300
+
+
+def causal_logits(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids()).logits
+
+
+def test_adapters_start_at_zero_so_the_wrapped_model_is_the_base_exactly(tiny_policy):
+    """Why the online-DPO / kl-distill reference (a copy taken before the first step) stays π_{i-1} under LoRA."""
+    from agentprm.models import load_causal_lm
+    from agentprm.models.lora import add_lora, trainable
+    from agentprm.train.config import LoraConfig
+
+    base = causal_logits(load_causal_lm(tiny_policy))
+    wrapped = add_lora(load_causal_lm(tiny_policy), LoraConfig(r=4)).eval()
+    assert torch.equal(causal_logits(wrapped), base)
+    counts = trainable(wrapped)
+    assert 0 < counts["trainable_params"] < 0.2 * counts["total_params"]
+    names = {n.split(".")[-3] for n, p in wrapped.named_parameters() if p.requires_grad}   # …q_proj.lora_A.default.weight
+    assert names == {"lora_A", "lora_B"}          # every base weight, embeddings and head included, is frozen
+
+
+def test_sft_with_lora_writes_a_peft_adapter_that_peft_and_agentprm_load_alike(data, tiny_policy, tmp_path,
+                                                                               generated_tasks):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from agentprm.agent.lm import LMAgent
+    from agentprm.models import load_causal_lm
+
+    out, merged = tmp_path / "pi-lora", tmp_path / "pi-merged"
+    flags = ("--demos", data["demos.parquet"], "--model", tiny_policy, "--epochs", 1, "--batch-size", 8, "--lr", 1e-2,
+             "--lora-r", 4)
+    assert run("sft", *flags, "--out", out, "--json", tmp_path / "sft.json") == 0
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    assert not (out / "model.safetensors").exists()                        # the adapter only, not a model copy
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(tiny_policy.resolve()) and adapter["r"] == 4
+    lora = json.loads((tmp_path / "sft.json").read_text())["lora"]
+    assert 0 < lora["trainable_fraction"] < 0.2
+
+    ours = causal_logits(load_causal_lm(out))
+    theirs = causal_logits(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_policy), out).eval())
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    assert not torch.allclose(ours, causal_logits(load_causal_lm(tiny_policy)), atol=1e-3)   # it learnt something
+    assert LMAgent.load(out).act  # every stage loads it as a plain policy
+    assert run("eval", "--policy", out, "--tasks", generated_tasks.eval, "--max-steps", 2, "--workers", 1) == 0
+
+    assert run("sft", *flags, "--lora-merge", "--out", merged) == 0      # same seed, same training, merged on save
+    assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
+    assert torch.allclose(causal_logits(load_causal_lm(merged)), ours, atol=1e-5)
+
+
+def test_lora_on_a_preset_trained_from_scratch_is_refused_before_work(data, tmp_path, capsys):
+    assert run("sft", "--demos", data["demos.parquet"], "--model", "tiny", "--lora-r", 4,
+               "--out", tmp_path / "x") == 2
+    assert "nothing to adapt" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    assert run("sft", "--demos", data["demos.parquet"], "--model", "tiny", "--lora-r", 4, "--lora-dropout", 1.5,
+               "--out", tmp_path / "x") == 2
+    assert "lora.dropout must be in [0, 1)" in capsys.readouterr().err
+
+
+def test_prm_with_lora_saves_adapter_and_head_and_loads_from_them(data, tiny_policy, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    from agentprm.agent.encoding import prompt_ids, reply_ids
+    from agentprm.data.tables import read_targets
+    from agentprm.prm.model import ProcessRewardModel
+    from agentprm.targets.mc import load_states
+
+    out = tmp_path / "prm-lora"
+    assert run("train-prm", "--targets", data["q.parquet"], "--init", tiny_policy, "--out", out, "--epochs", 2,
+               "--batch-size", 8, "--lr", 1e-2, "--lora-r", 4, "--json", tmp_path / "prm.json") == 0
+    assert (out / "adapter_model.safetensors").is_file() and not (out / "model.safetensors").exists()
+    assert json.loads((out / "agentprm.json").read_text())["kind"] == "prm"
+    assert json.loads((tmp_path / "prm.json").read_text())["lora"]["trainable_fraction"] < 0.2
+
+    prm = ProcessRewardModel.load(out)
+    targets = read_targets(data["q.parquet"])
+    state, action = load_states(targets)[0], targets.table["action"][0].as_py()
+    seq = prompt_ids(prm.tokenizer, state, prm.prompt) + reply_ids(prm.tokenizer, action)
+    base = AutoModelForSequenceClassification.from_pretrained(tiny_policy, num_labels=1)
+    theirs = PeftModel.from_pretrained(base, out).eval()
+    with torch.no_grad():
+        expected = theirs(input_ids=torch.tensor([seq])).logits[0, 0]
+    assert torch.allclose(prm.logits_of([seq])[0], expected, atol=1e-5)   # the trained head came with the adapter
+    fresh = ProcessRewardModel.init(tiny_policy, seed=0)
+    assert not torch.allclose(prm.logits_of([seq]), fresh.logits_of([seq]), atol=1e-3)
+
+
+def test_policy_update_with_lora_chains_adapters_on_adapters(data, tiny_policy, tmp_path):
+    from peft import PeftModel
+
+    from agentprm.models import load_causal_lm
+
+    pi1, pi2 = tmp_path / "pi1", tmp_path / "pi2"
+    common = ("--prm", data["prm"], "--rollouts", data["roll"], "--steps", 3, "--batch-size", 2, "--lr", 1e-2,
+              "--lora-r", 4, "--method", "kl-distill")
+    assert run("train-policy", "--policy", tiny_policy, "--out", pi1, *common, "--json", tmp_path / "u.json") == 0
+    assert json.loads((pi1 / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_policy.resolve())
+    assert json.loads((tmp_path / "u.json").read_text())["lora"]["trainable_fraction"] < 0.2
+    assert run("train-policy", "--policy", pi1, "--out", pi2, *common) == 0      # π2's base is the adapter π1
+    assert json.loads((pi2 / "adapter_config.json").read_text())["base_model_name_or_path"] == str(pi1.resolve())
+    chained = causal_logits(load_causal_lm(pi2))
+    assert torch.allclose(chained, causal_logits(PeftModel.from_pretrained(load_causal_lm(pi1), pi2).eval()),
+                          atol=1e-5)
+    assert not torch.allclose(chained, causal_logits(load_causal_lm(pi1)), atol=1e-4)
+
+
+def test_a_pickled_or_orphaned_adapter_is_a_one_line_error(tmp_path, tiny_policy):
+    from agentprm.errors import UserError
+    from agentprm.models import load_causal_lm
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny_policy)}))
+    (folder / "adapter_model.bin").write_bytes(b"not unpickled")
+    with pytest.raises(UserError, match="adapter_model.bin is a pickle"):
+        load_causal_lm(folder)
+    (folder / "adapter_model.bin").unlink()
+    (folder / "adapter_model.safetensors").write_bytes(b"")
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(UserError, match="is not a folder here"):
+        load_causal_lm(folder)
