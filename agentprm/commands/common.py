@@ -31,7 +31,9 @@ def add_device_flags(p: argparse.ArgumentParser) -> None:
 def write_summary(args: argparse.Namespace, summary: dict) -> None:
     """The --json summary with its provenance, and what was changed to make a model folder usable (a tokenizer
     without pad token or chat template: models/presets.py `prepare_tokenizer`)."""
-    if getattr(args, "json", None):
+    from agentprm.train.distributed import is_main
+
+    if getattr(args, "json", None) and is_main():   # one summary per data-parallel launch
         config = {k: v for k, v in vars(args).items() if k not in ("func",)}
         presets = sys.modules.get("agentprm.models.presets")   # never imported here: a model-free command stays so
         notes = {"model_notes": list(presets.NOTES)} if presets and presets.NOTES else {}

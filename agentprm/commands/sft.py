@@ -28,6 +28,7 @@ def run(args) -> int:
     check_replaceable(args.out)   # before any work: --out never replaces a folder agentprm did not write
     require(args.epochs > 0, f"--epochs must be positive (got {args.epochs})")
     require(args.batch_size >= 1, f"--batch-size must be at least 1 (got {args.batch_size})")
+    require(args.grad_accum >= 1, f"--grad-accum must be at least 1 (got {args.grad_accum})")
     require(args.history_turns >= 0, f"--history-turns must be >= 0 (got {args.history_turns})")
     require(args.renumber_copies >= 0, f"--renumber-copies must be >= 0 (got {args.renumber_copies})")
     require(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")

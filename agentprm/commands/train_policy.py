@@ -9,6 +9,7 @@ from agentprm.commands.common import add_common, add_device_flags, add_config_fl
 from agentprm.io import check_replaceable
 from agentprm.loop.config import RolloutConfig
 from agentprm.policy.config import METHODS, PolicyUpdateConfig
+from agentprm.train.config import check_lora
 
 
 def register(sub) -> None:
@@ -44,6 +45,7 @@ def run(args) -> int:
     require(cfg.method != "kl-distill" or args.mode == "choose", "--method kl-distill needs --mode choose")
     require(cfg.steps >= 1, f"--steps must be at least 1 (got {cfg.steps})")
     require(cfg.method != "beam-distill" or args.tasks, "--method beam-distill needs --tasks DIR to search on")
+    check_lora(cfg.lora)
     tasks = load_tasks(args.tasks) if args.tasks else ()
     policy = LMAgent.load(args.policy, mode=args.mode, seed=args.seed)
     states = rollout_states(args.rollouts)

@@ -21,6 +21,7 @@ from agentprm.policy.config import (CRITICS, METHODS as POLICY_METHODS, HackingC
                                     PolicyUpdateConfig, SFTConfig)
 from agentprm.prm.config import InversePrmConfig, PrimeConfig, PrmConfig
 from agentprm.targets.mc import TargetsConfig
+from agentprm.train.config import check_lora
 
 
 @dataclass
@@ -195,7 +196,9 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
                                ("eval.beam_expand", cfg.eval.beam_expand, 1),
                                ("policy.search_width", cfg.policy.search_width, 1),
                                ("policy.search_expand", cfg.policy.search_expand, 1),
-                               ("policy.search_per_task", cfg.policy.search_per_task, 1)):
+                               ("policy.search_per_task", cfg.policy.search_per_task, 1),
+                               ("prm.grad_accum", cfg.prm.grad_accum, 1),
+                               ("policy0.sft.grad_accum", cfg.policy0.sft.grad_accum, 1)):
         if value < least:
             raise UserError(f"{source}: field '{path}' must be at least {least}, got {value}")
     if cfg.rollout.branches and cfg.algo != "agentprm":
@@ -225,6 +228,9 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.policy.distinct and cfg.rollout.mode != "choose":
         raise UserError(f"{source}: field 'policy.distinct' needs rollout.mode 'choose' (got {cfg.rollout.mode!r})")
     check_device_config(cfg.device, f"{source}: section 'device'")
+    for path, lora in (("policy0.sft.lora", cfg.policy0.sft.lora), ("prm.lora", cfg.prm.lora),
+                       ("policy.lora", cfg.policy.lora), ("policy_gradient.lora", cfg.policy_gradient.lora)):
+        check_lora(lora, f"{source}: field {path}")
     for path in FRACTIONS:
         section, name = path.split(".")
         value = getattr(getattr(cfg, section), name)

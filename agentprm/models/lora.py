@@ -24,26 +24,10 @@ from peft import PeftModel, TaskType, get_peft_model
 
 from agentprm.errors import UserError
 from agentprm.models.presets import ADAPTER_CONFIG, name_base
-from agentprm.train.config import LoraConfig
+from agentprm.train.config import LoraConfig, check_lora
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 HEADS = ("lm_head", "score")   # output layers: never adapted (a classifier's head is trained in full instead)
-
-
-def check_lora(cfg: LoraConfig, where: str = "lora") -> None:
-    """Bad settings as a one-line error before any work."""
-    if cfg.r < 0:
-        raise UserError(f"{where}.r must be >= 0 (got {cfg.r})")
-    if cfg.r and cfg.alpha <= 0:
-        raise UserError(f"{where}.alpha must be > 0 (got {cfg.alpha})")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise UserError(f"{where}.dropout must be in [0, 1) (got {cfg.dropout})")
-    if cfg.r and not target_names(cfg):
-        raise UserError(f"{where}.target_modules names no module (got {cfg.target_modules!r})")
-
-
-def target_names(cfg: LoraConfig) -> list[str]:
-    return [t.strip() for t in cfg.target_modules.split(",") if t.strip()]
 
 
 def linear_layers(model: torch.nn.Module) -> list[str]:
@@ -62,7 +46,7 @@ def add_lora(model, cfg: LoraConfig, *, head: str | None = None, seed: int = 0) 
     if not base or not Path(base).is_dir():
         raise UserError("lora: needs a model loaded from a folder to adapt (a preset trained from scratch has "
                         "nothing to adapt: train all of it with lora.r 0)")
-    names = linear_layers(model) if cfg.target_modules == "all-linear" else target_names(cfg)
+    names = linear_layers(model) if cfg.target_modules == "all-linear" else cfg.module_names()
     missing = [n for n in names if not any(m.endswith(f".{n}") for m, _ in model.named_modules())]
     if missing:
         raise UserError(f"lora.target_modules: {type(model).__name__} has no module named {missing[0]!r} "

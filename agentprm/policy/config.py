@@ -22,6 +22,7 @@ class SFTConfig:
     lr: float = 1e-3               # peak learning rate (from-scratch presets like high rates; use ~1e-5 for a real LM)
     epochs: float = 3.0            # passes over the examples
     batch_size: int = 16
+    grad_accum: int = 1            # micro-batches per step: the same training in less memory (train/core.py)
     time_budget_s: float = 0.0     # stop after this many seconds (0 = none); the LR schedule then ends there
     prompt: PromptConfig = field(default_factory=PromptConfig)  # how states are rendered; saved with the model
     won_only: bool = True          # train on successful demos only
@@ -32,7 +33,7 @@ class SFTConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)   # adapters instead of every weight (a model folder only)
 
     def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size,
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, grad_accum=self.grad_accum,
                            time_budget_s=self.time_budget_s, seed=seed)
 
 

@@ -56,7 +56,7 @@ def sft_loss(model, batch: Sequence[Example]) -> tuple[torch.Tensor, dict]:
     ids, mask = right_pad([e.input_ids for e in batch], 0)  # any id: padding is masked and labelled IGNORE
     labels, _ = right_pad([e.labels for e in batch], IGNORE)
     out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
-    return out.loss, {}
+    return out.loss, {"weight": int((labels != IGNORE).sum())}   # a mean over these tokens (train/core.py)
 
 
 def renumbered(episode: EpisodeRecord, rng: random.Random, copy: int) -> EpisodeRecord:
@@ -101,7 +101,8 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed:
     model init, example order, augmentation."""
     start = time.monotonic()
     if cfg.lora.r:
-        from agentprm.models.lora import add_lora, check_lora, trainable
+        from agentprm.models.lora import add_lora, trainable
+        from agentprm.train.config import check_lora
 
         check_lora(cfg.lora)
         if cfg.model in PRESETS:

@@ -19,11 +19,13 @@ class PrmConfig:
     epochs: float = 2.0
     lr: float = 5e-4                # peak learning rate
     batch_size: int = 16
+    grad_accum: int = 1             # micro-batches per step: the same training in less memory (train/core.py)
     lora: LoraConfig = field(default_factory=LoraConfig)   # adapters on the init model (the scalar head is trained
                                     # fully and saved with them) instead of every weight
 
     def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, seed=seed)
+        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, grad_accum=self.grad_accum,
+                           seed=seed)
 
 
 @dataclass

@@ -81,8 +81,13 @@ class ProcessRewardModel(nn.Module):
 
     def save(self, folder: str | Path, merge: bool = False, **info: Any) -> Path:
         """Atomically: written to a temp folder next to `folder`, then renamed over it. A model with LoRA adapters
-        is saved as its adapter folder, or with `merge` as full weights."""
+        is saved as its adapter folder, or with `merge` as full weights. Under a data-parallel launch only the main
+        process writes (train/distributed.py)."""
         from agentprm.models.lora import save_trained
+        from agentprm.train.distributed import is_main
+
+        if not is_main():
+            return Path(folder)
 
         with atomic_dir(folder) as tmp:
             save_trained(self.lm, tmp, merge)

@@ -28,7 +28,7 @@ from agentprm.prm.pqm import PQMLoss, pqm_trajectories
 from agentprm.targets.mc import load_states
 from agentprm.targets.pairs import pair_indices
 from agentprm.prm.config import PrmDataConfig
-from agentprm.train.config import LoraConfig, TrainConfig
+from agentprm.train.config import LoraConfig, TrainConfig, check_lora
 from agentprm.train.core import train
 
 
@@ -82,8 +82,6 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     if targets.table.num_rows == 0:
         raise UserError(f"{targets_path}: no targets")
     if lora and lora.r:
-        from agentprm.models.lora import check_lora
-
         check_lora(lora)
         if not Path(init).is_dir():
             raise UserError(f"lora: --init {init} is a preset trained from scratch, there is nothing to adapt (give "

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 class TrainConfig:
     lr: float = 1e-3            # peak learning rate
     epochs: float = 1.0         # passes over the examples (fractional allowed)
-    batch_size: int = 16
+    batch_size: int = 16        # the global batch: over all processes and micro-batches
+    grad_accum: int = 1         # micro-batches per optimiser step (gradient accumulation; same result, less memory)
     warmup_frac: float = 0.05   # share of steps with linear warm-up
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -33,5 +34,19 @@ class LoraConfig:
                                           # output head)
     merge: bool = False                   # save merged full weights (a plain model folder) instead of the adapter
 
+    def module_names(self) -> list[str]:
+        return [t.strip() for t in self.target_modules.split(",") if t.strip()]
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def check_lora(cfg: LoraConfig, where: str = "lora") -> None:
+    """Bad LoRA settings as a one-line error before any work (`where` names the field's prefix)."""
+    from agentprm.errors import UserError
+
+    for name, bad, rule in (("r", cfg.r < 0, ">= 0"), ("alpha", cfg.r > 0 and cfg.alpha <= 0, "> 0"),
+                            ("dropout", not 0.0 <= cfg.dropout < 1.0, "in [0, 1)"),
+                            ("target_modules", cfg.r > 0 and not cfg.module_names(), "a module name or all-linear")):
+        if bad:
+            raise UserError(f"{where}.{name} must be {rule} (got {getattr(cfg, name)!r})")

@@ -1,6 +1,9 @@
 """The one training loop. A loss is a callable `loss_fn(model, batch) -> (loss, metrics)`; the loop owns
 optimisation (AdamW, linear warm-up then cosine decay, grad clipping), seeding, progress and a wall-clock budget,
-so SFT, PRM (soft-BCE, Bradley-Terry, …) and DPO differ only in their data and their loss."""
+so SFT, PRM (soft-BCE, Bradley-Terry, …) and DPO differ only in their data and their loss. It also owns gradient
+accumulation (`grad_accum` micro-batches per step) and data parallelism over processes (train/distributed.py): a
+loss that is a mean over something other than the batch's examples (SFT: tokens) says so with a "weight" metric,
+so that pieces of a batch add up to exactly the batch's mean."""
 from __future__ import annotations
 
 import math
@@ -12,6 +15,7 @@ import torch
 
 from agentprm.progress import progress_bar
 from agentprm.train.config import TrainConfig
+from agentprm.train.distributed import is_main, rank_and_size, sum_over_processes
 
 
 def seed_everything(seed: int) -> None:
@@ -62,6 +66,7 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
     `length(example)` turns on length-bucketed batches (see `batches`).
     `on_log(step, row)` sees each logged row; returning True stops training after that step (a monitor's alarm)."""
     seed_everything(cfg.seed)
+    rank, size = rank_and_size()
     steps = num_steps(len(examples), cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -80,16 +85,21 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * done_frac(s))))
     model.train()
     history, window = [], []
-    with progress_bar(steps, description, progress) as bar:
+    with progress_bar(steps, description, progress and is_main()) as bar:
         for step, batch in enumerate(batches(examples, cfg.batch_size, cfg.epochs, cfg.seed, length), 1):
-            loss, metrics = loss_fn(model, batch)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if size == 1 and cfg.grad_accum == 1:
+                loss, metrics = loss_fn(model, batch)
+                loss.backward()
+                metrics.pop("weight", None)
+                loss = float(loss.detach())
+            else:
+                loss, metrics = accumulate(model, loss_fn, batch[rank::size], cfg.grad_accum, params)
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
             sched.step()
-            window.append({"loss": float(loss.detach()), **metrics})
+            window.append({"loss": loss, **metrics})
             bar.advance()
             out_of_time = cfg.time_budget_s and time.monotonic() - start > cfg.time_budget_s
             stop = False
@@ -99,7 +109,37 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
                 history.append(row)
                 window = []
                 stop = bool(on_log and on_log(step, row))
+            if size > 1:   # every process stops at the same step (clocks and monitors may disagree)
+                flag = torch.tensor([float(bool(out_of_time or stop))])
+                sum_over_processes(flag)
+                out_of_time = stop = bool(flag.item())
             if out_of_time or stop:
                 break
     model.eval()
     return history
+
+
+def accumulate(model: torch.nn.Module, loss_fn: Callable, local: Sequence, micro: int,
+               params: list[torch.Tensor]) -> tuple[float, dict]:
+    """Gradients of one step from `micro` pieces of this process's share of the batch, summed over processes:
+    Σ w·∇loss / Σ w, with w each piece's weight (its examples, or the loss's "weight" metric) — the gradient of the
+    whole batch's mean loss. Returns that mean loss and this process's metrics averaged over its pieces."""
+    pieces = [local[k::micro] for k in range(micro) if local[k::micro]]
+    total = torch.zeros(2)            # Σ w, Σ w·loss
+    seen: list[dict] = []
+    for piece in pieces:
+        loss, metrics = loss_fn(model, piece)
+        weight = float(metrics.pop("weight", len(piece)))
+        (loss * weight).backward()
+        total += torch.tensor([weight, weight * float(loss.detach())])
+        seen.append(metrics)
+    grads = []
+    for p in params:                  # a process with nothing to do still takes part in the sum
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
+    sum_over_processes(total, *grads)
+    for g in grads:
+        g.div_(total[0].item())
+    metrics = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]} if seen else {}
+    return total[1].item() / total[0].item(), metrics
