@@ -113,8 +113,9 @@ def test_cli_defaults_are_the_loop_defaults():
         "rollout --policy p --tasks t --out o": (
             loop.rollout, ("per_task", "temperature", "mode", "max_steps", "num_envs", "workers")),
         "eval --policy p --tasks t": (loop.eval, ("episodes_per_task", "max_steps")),
-        "sft --demos d --out o": (loop.policy0.sft, ("model", "lr", "epochs", "batch_size", "time_budget_s",
-                                                     "won_only", "renumber_copies", "checkpoint_every")),
+        "sft --demos d --out o": (loop.policy0.sft, ("model", "lr", "steps", "epochs", "batch_size", "grad_accum",
+                                                     "time_budget_s", "won_only", "renumber_copies",
+                                                     "checkpoint_every")),
     }
     for line, (section, names) in commands.items():
         args = parse(line.split())

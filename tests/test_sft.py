@@ -83,12 +83,14 @@ def test_saving_again_replaces_the_folder(demos, trained):
 def test_renumbered_copies_stay_consistent(demos):
     import random
 
-    episode = load_demos(demos, SFTConfig())[0]
+    episode = load_demos(demos, SFTConfig(renumber_copies=0))[0]
     copy = renumbered(episode, random.Random(0), 0)
     assert [s.action for s in copy.steps] != [s.action for s in episode.steps]
     for step in copy.steps:
         assert step.action in step.admissible
-    assert len(load_demos(demos, SFTConfig(renumber_copies=2))) == 3 * len(load_demos(demos, SFTConfig()))
+    plain = len(load_demos(demos, SFTConfig(renumber_copies=0)))
+    assert len(load_demos(demos, SFTConfig(renumber_copies=2))) == 3 * plain
+    assert len(load_demos(demos, SFTConfig())) == 2 * plain          # the default: one renumbered copy
 
 
 def test_no_usable_demos_is_a_user_error(tmp_path):
@@ -104,3 +106,19 @@ def test_a_recipe_too_small_for_a_from_scratch_preset_is_said():
     assert recipe_warning(SFTConfig(model="tiny"), 479, 6150) == ""
     assert "500 steps" in recipe_warning(SFTConfig(model="tiny"), 479, 500)
     assert recipe_warning(SFTConfig(model="/some/hf/folder"), 6, 40) == ""   # fine-tuning a real LM: not this recipe
+
+
+def test_the_default_schedule_is_the_recipe_a_step_count_with_renumbered_copies():
+    """Issue 15: `agentprm sft` with no flags trains the recipe that worked (steps, not passes), whatever the data
+    size; --epochs > 0 still counts passes instead."""
+    from agentprm.train.core import num_steps
+
+    cfg = SFTConfig()
+    assert (cfg.steps, cfg.epochs, cfg.renumber_copies, cfg.model) == (6000, 0.0, 1, "tiny")
+    assert num_steps(500, cfg.train_config(0)) == num_steps(50_000, cfg.train_config(0)) == 6000
+    assert num_steps(500, SFTConfig(epochs=2.0, batch_size=10).train_config(0)) == 100
+
+
+def test_a_step_count_trains_exactly_that_many_steps(demos, tmp_path):
+    metrics = train_sft(demos, tmp_path / "out", SFTConfig(steps=7, batch_size=32, renumber_copies=0), progress=False)
+    assert metrics["steps"] == metrics["planned_steps"] == 7 and metrics["examples"] < 7 * 32   # several passes

@@ -198,7 +198,9 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
                                ("policy.search_expand", cfg.policy.search_expand, 1),
                                ("policy.search_per_task", cfg.policy.search_per_task, 1),
                                ("prm.grad_accum", cfg.prm.grad_accum, 1),
-                               ("policy0.sft.grad_accum", cfg.policy0.sft.grad_accum, 1)):
+                               ("policy0.sft.grad_accum", cfg.policy0.sft.grad_accum, 1),
+                               ("policy0.sft.epochs", cfg.policy0.sft.epochs, 0),
+                               ("policy0.sft.steps", cfg.policy0.sft.steps, 0 if cfg.policy0.sft.epochs else 1)):
         if value < least:
             raise UserError(f"{source}: field '{path}' must be at least {least}, got {value}")
     if cfg.rollout.branches and cfg.algo != "agentprm":

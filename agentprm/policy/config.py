@@ -17,24 +17,28 @@ from agentprm.train.config import LoraConfig, TrainConfig
 
 @dataclass
 class SFTConfig:
-    """`agentprm sft`'s flags and the loop's `policy0.sft` section (π0 retrained from expert demos)."""
+    """`agentprm sft`'s flags and the loop's `policy0.sft` section (π0 retrained from expert demos). The defaults are
+    the recipe that gave working policies from scratch (docs/results.md): a step count, not passes, since a tiny
+    model only learns to pick the task's object up after ~2-3 k steps whatever the data size, and renumbered copies."""
     model: str = "tiny"            # a preset name (trained from scratch) or a local HF model folder (fine-tuned)
     lr: float = 1e-3               # peak learning rate (from-scratch presets like high rates; use ~1e-5 for a real LM)
-    epochs: float = 3.0            # passes over the examples
+    steps: int = 6000              # optimiser steps (the bundled π0: 6,150)
+    epochs: float = 0.0            # passes over the examples instead of `steps` (0 = use steps)
     batch_size: int = 16
     grad_accum: int = 1            # micro-batches per step: the same training in less memory (train/core.py)
     time_budget_s: float = 0.0     # stop after this many seconds (0 = none); the LR schedule then ends there
     prompt: PromptConfig = field(default_factory=PromptConfig)  # how states are rendered; saved with the model
     won_only: bool = True          # train on successful demos only
-    renumber_copies: int = 0       # augmentation: extra copies of each episode with object/receptacle instance
+    renumber_copies: int = 1       # augmentation: extra copies of each episode with object/receptacle instance
                                    # numbers permuted, so the model must read names instead of memorising them
     checkpoint_every: int = 0      # also save the policy every this many steps (0 = never) to
                                    # <out>-checkpoints/step-<n>: the success-vs-training-time curve
     lora: LoraConfig = field(default_factory=LoraConfig)   # adapters instead of every weight (a model folder only)
 
     def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, grad_accum=self.grad_accum,
-                           time_budget_s=self.time_budget_s, seed=seed)
+        return TrainConfig(lr=self.lr, epochs=self.epochs, steps=0 if self.epochs else self.steps,
+                           batch_size=self.batch_size, grad_accum=self.grad_accum, time_budget_s=self.time_budget_s,
+                           seed=seed)
 
 
 @dataclass

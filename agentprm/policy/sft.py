@@ -1,6 +1,6 @@
 """Supervised fine-tuning of a policy on demonstrations (the paper's π0).
 
-    metrics = train_sft("demos.parquet", "runs/pi0", SFTConfig(model="tiny", epochs=3))
+    metrics = train_sft("demos.parquet", "runs/pi0", SFTConfig())      # the recipe: tiny preset, 6,000 steps
     agent = LMAgent.load("runs/pi0")
 
 Every (state, reply) pair of the demos (rebuilt with `replay.episode_states`) becomes one example: the prompt ids
@@ -145,7 +145,7 @@ def recipe_warning(cfg: SFTConfig, games: int, steps: int) -> str:
         return ""
     return (f"{games} demo games and {steps} steps: a '{cfg.model}' model trained from scratch has given a working "
             f"policy only from ~{RECIPE_GAMES} games and ~{RECIPE_STEPS}+ steps (the bundled π0: 479 games, "
-            "renumber_copies 1, 6,150 steps); raise --epochs or add demos")
+            "renumber_copies 1, 6,150 steps); raise --steps or add demos")
 
 
 def _checkpointer(model, tokenizer, out_dir: Path, cfg: SFTConfig):

@@ -55,7 +55,8 @@ def batches(examples: Sequence, batch_size: int, epochs: float, seed: int,
 
 
 def num_steps(n_examples: int, cfg: TrainConfig) -> int:
-    return max(1, math.ceil(n_examples * cfg.epochs / cfg.batch_size))
+    """`cfg.steps`, or as many as `cfg.epochs` passes over the examples take."""
+    return cfg.steps or max(1, math.ceil(n_examples * cfg.epochs / cfg.batch_size))
 
 
 def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: TrainConfig,
@@ -86,7 +87,8 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
     model.train()
     history, window = [], []
     with progress_bar(steps, description, progress and is_main()) as bar:
-        for step, batch in enumerate(batches(examples, cfg.batch_size, cfg.epochs, cfg.seed, length), 1):
+        passes = steps * cfg.batch_size / max(1, len(examples))   # = cfg.epochs unless steps are given
+        for step, batch in zip(range(1, steps + 1), batches(examples, cfg.batch_size, passes, cfg.seed, length)):
             opt.zero_grad(set_to_none=True)
             if size == 1 and cfg.grad_accum == 1:
                 loss, metrics = loss_fn(model, batch)
