@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         json_out = getattr(args, "json", None)
         if json_out and os.path.isdir(json_out):   # found before the work, not when the summary is written
             raise UserError(f"--json {json_out}: is a folder; name a file for the summary")
+        from agentprm.commands.common import check_flags
+
+        check_flags(args)
         if getattr(args, "_placed", False):   # a command that runs models (commands/common.py add_device_flags)
             from agentprm.commands.common import config_from_args
             from agentprm.models.device import DeviceConfig, use_device

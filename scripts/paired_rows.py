@@ -6,7 +6,8 @@ its control):
         beam-distill/pi1:agentprm/pi1 beam-distill/pi2:beam-distill/pi1
 
 Each argument is A:B with A, B = <variant>/<eval row> (the row's file <sweep>/<variant>/seed<k>/evals/<row>.json,
-e.g. pi1, pi1_bon4, pi1_beam2x2). Prints Δ success (A − B) in points with its paired bootstrap 95% CI (tasks
+e.g. pi1, pi1_bon4, pi1_beam2x2) or <variant>/<path> for any other eval summary under the seed folder, without
+.json (scripts/update_ceiling.py's rows: continuation-240/ceiling/evals/expert). Prints Δ success (A − B) in points with its paired bootstrap 95% CI (tasks
 resampled within seeds, eval/paired.py) and the seeds and episodes it covers.
 """
 from __future__ import annotations
@@ -24,7 +25,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("pairs", nargs="+", metavar="A:B")
     args = ap.parse_args()
-    path = lambda row, seed: args.sweep / row.split("/")[0] / f"seed{seed}" / "evals" / f"{row.split('/')[1]}.json"  # noqa: E731
+
+    def path(row: str, seed: int) -> Path:
+        variant, rest = row.split("/", 1)
+        return args.sweep / variant / f"seed{seed}" / ("evals/" if "/" not in rest else "") / f"{rest}.json"
+
     for pair in args.pairs:
         a, b = pair.split(":")
         seeds = [s for s in args.seeds if path(a, s).exists() and path(b, s).exists()]

@@ -118,7 +118,7 @@ def test_branches_are_for_agentprm_only(tmp_path):
 
     with pytest.raises(UserError, match="rollout.branches"):
         from_dict({"algo": "grpo", "rollout": {"branches": 1}}, "c.yaml")
-    with pytest.raises(UserError, match="c.yaml: field 'rollout.branches' must be at least 0"):
+    with pytest.raises(UserError, match="c.yaml: field 'rollout.branches' must be >= 0"):
         from_dict({"rollout": {"branches": -1}}, "c.yaml")
-    with pytest.raises(UserError, match="c.yaml: field 'rollout.branch_probe' must be at least 1"):
+    with pytest.raises(UserError, match="c.yaml: field 'rollout.branch_probe' must be >= 1"):
         from_dict({"rollout": {"branches": 1, "branch_probe": 0}}, "c.yaml")

@@ -91,7 +91,7 @@ def test_lora_on_a_preset_trained_from_scratch_is_refused_before_work(data, tmp_
     assert "nothing to adapt" in capsys.readouterr().err and not (tmp_path / "x").exists()
     assert run("sft", "--demos", data["demos.parquet"], "--model", "tiny", "--lora-r", 4, "--lora-dropout", 1.5,
                "--out", tmp_path / "x") == 2
-    assert "lora.dropout must be in [0, 1)" in capsys.readouterr().err
+    assert "--lora-dropout must be in [0, 1), got 1.5" in capsys.readouterr().err
 
 
 def test_prm_with_lora_saves_adapter_and_head_and_loads_from_them(data, tiny_policy, tmp_path):

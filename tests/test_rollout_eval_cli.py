@@ -35,6 +35,31 @@ def test_rollout_writes_readable_shards(policy_dir, generated_tasks, tmp_path):
     assert json.loads(summary.read_text())["episodes"] == generated_tasks.num
 
 
+def test_an_interrupted_rollout_resumes_with_only_the_missing_episodes(policy_dir, generated_tasks, tmp_path,
+                                                                        monkeypatch, capsys):
+    """Issue 17: shards are flushed every few rows, so a kill costs at most the unflushed episodes, and --resume plays
+    exactly those; without --resume an existing rollout is refused, and one of other tasks/seed is never mixed in."""
+    from agentprm.commands import rollout
+
+    monkeypatch.setattr(rollout, "SHARD_ROWS", 6)   # a shard every two 3-step episodes
+    out = tmp_path / "rollouts"
+    argv = ["rollout", "--policy", str(policy_dir), "--tasks", str(generated_tasks.train), "--per-task", "2",
+            "--out", str(out), "--seed", "1", "--max-steps", "3", "--workers", "1"]
+    assert main(argv) == 0
+    shards = sorted(out.glob("*.parquet"))
+    full = {e.episode_id: e for e in iter_episodes(read_trajectories(out))}
+    assert len(shards) > 2 and len(full) == 2 * generated_tasks.num
+    lost = {e.episode_id for e in iter_episodes(read_trajectories(shards[-1]))}
+    shards[-1].unlink()                                       # killed before its last shard was written
+    assert main(argv) == 2 and "pass --resume" in capsys.readouterr().err
+    assert main([*argv, "--resume", "--json", str(tmp_path / "r.json")]) == 0
+    again = {e.episode_id: e for e in iter_episodes(read_trajectories(out))}   # no duplicate: turns check passes
+    assert set(again) == set(full) and json.loads((tmp_path / "r.json").read_text())["resumed"] == len(full) - len(lost)
+    assert all(again[i].steps == full[i].steps for i in set(full) - lost)          # kept as they were
+    assert main([*argv[:-6], "--seed", "2", "--max-steps", "3", "--workers", "1", "--resume"]) == 2
+    assert "would not play" in capsys.readouterr().err
+
+
 def test_eval_json_has_rate_ci_and_provenance(generated_tasks, tmp_path):
     path = tmp_path / "eval.json"
     rc = main(["eval", "--policy", "expert", "--tasks", str(generated_tasks.eval), "--seed", "0",

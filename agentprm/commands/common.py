@@ -62,9 +62,12 @@ def add_config_flags(p: argparse.ArgumentParser, cls, only: Iterable[str] | None
     class). Booleans get --flag / --no-flag. A nested section's fields get its name as a prefix (`lora.r` ->
     `--lora-r`, dest `lora_r`)."""
     defaults, docs, choices, hints = cls(), field_docs(cls), choices or {}, typing.get_type_hints(cls)
+    generated: list[str] = []   # range-checked against agentprm/ranges.py before the command runs (check_flags)
+    p.set_defaults(_sections=[*(p.get_default("_sections") or []), (cls, prefix, generated)])
     for f in dataclasses.fields(cls):
         if (only is not None and f.name not in only) or f.name in skip:
             continue
+        generated.append(f.name)
         default, name = getattr(defaults, f.name), prefix + f.name
         if dataclasses.is_dataclass(default):
             add_config_flags(p, type(default), prefix=f"{name}_")
@@ -98,3 +101,14 @@ def config_from_args(cls, args: argparse.Namespace, prefix: str = "", **fixed):
         elif hasattr(args, name):
             given[f.name] = getattr(args, name)
     return cls(**{**given, **fixed})
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """The value of every flag `add_config_flags` generated against its range (agentprm/ranges.py): a one-line
+    UserError naming the flag, before any work."""
+    from agentprm.ranges import check_value
+
+    for cls, prefix, names in getattr(args, "_sections", None) or []:
+        for name in names:
+            dest = prefix + name
+            check_value(cls, name, getattr(args, dest, None), lambda d=dest: f"--{d.replace('_', '-')}")

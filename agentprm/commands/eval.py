@@ -29,7 +29,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    require(args.episodes_per_task >= 1, f"--episodes-per-task must be at least 1 (got {args.episodes_per_task})")
     searching = args.best_of > 1 or args.beam_width > 0
     require(not searching or args.prm, "--best-of/--beam-width need --prm DIR")
     require(not (args.best_of > 1 and args.beam_width > 0), "choose one of --best-of and --beam-width")

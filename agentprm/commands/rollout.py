@@ -1,12 +1,16 @@
 """`agentprm rollout`: play a policy on tasks and write the trajectories as Parquet shards — stage 1 of the loop, with
-the loop's `rollout` section as flags and defaults (loop/config.py `RolloutConfig`)."""
+the loop's `rollout` section as flags and defaults (loop/config.py `RolloutConfig`). Shards are written every
+SHARD_ROWS rows, so a killed run loses at most the episodes not yet flushed, and `--resume` plays only the episodes
+the folder lacks (episode ids are fixed by tasks, --per-task and --seed; the resumed ones are fresh draws)."""
 from __future__ import annotations
 
 import argparse
 
 from agentprm.commands.common import add_common, add_device_flags, add_config_flags, write_summary
-from agentprm.errors import require
+from agentprm.errors import UserError, require
 from agentprm.loop.config import RolloutConfig
+
+SHARD_ROWS = 2_000   # rows buffered before a shard is written: what a kill can cost (~100 episodes)
 
 def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None:
     """Flags that pick and decode a policy (shared by `rollout` and `eval`)."""
@@ -17,9 +21,7 @@ def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None
 
 
 def make_agent(args: argparse.Namespace):
-    require(args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})")
-    require(args.max_steps >= 1, f"--max-steps must be at least 1 (got {args.max_steps})")
-    require(args.num_envs >= 1, f"--num-envs must be at least 1 (got {args.num_envs})")
+    require(args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})")   # eval's own flag
     from agentprm.agent.policies import ExpertAgent, RandomAgent
 
     if args.policy == "expert":
@@ -35,13 +37,12 @@ def make_agent(args: argparse.Namespace):
     return LMAgent.load(args.policy, mode=args.mode, temperature=args.temperature, seed=args.seed)
 
 
-def play(args: argparse.Namespace, agent, tag: str, per_task: int, writer=None) -> tuple[list, dict]:
+def play(args: argparse.Namespace, agent, tag: str, per_task: int) -> tuple[list, dict]:
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.rollout.play import play_tasks
 
     return play_tasks(agent, load_tasks(args.tasks), per_task=per_task, seed=args.seed,
-                      max_steps=args.max_steps, tag=tag, num_envs=args.num_envs, workers=args.workers,
-                      writer=writer)
+                      max_steps=args.max_steps, tag=tag, num_envs=args.num_envs, workers=args.workers)
 
 
 def register(sub) -> None:
@@ -49,21 +50,43 @@ def register(sub) -> None:
     add_policy_args(p)
     add_config_flags(p, RolloutConfig, only=("per_task", "temperature", "max_steps"))
     p.add_argument("--out", required=True, metavar="DIR", help="output folder for the shards")
+    p.add_argument("--resume", action="store_true",
+                   help="--out holds an interrupted rollout of the same tasks, --per-task and --seed: keep its episodes, "
+                        "play the missing ones")
     add_device_flags(p)
     add_common(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    require(args.per_task >= 1, f"--per-task must be at least 1 (got {args.per_task})")
-    agent = make_agent(args)
-    from agentprm.data.summary import print_table
-    from agentprm.data.trajectories import ShardWriter
+    import time
+    from pathlib import Path
 
-    with ShardWriter(args.out) as writer:
-        _, summary = play(args, agent, tag="rollout", per_task=args.per_task, writer=writer)
-    summary["shards"] = [str(p) for p in writer.paths]
+    from agentprm.data.summary import print_table, summarize
+    from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories, shard_files
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.rollout.engine import episode_jobs, run_episodes
+
+    start, out = time.monotonic(), Path(args.out)
+    jobs = episode_jobs(load_tasks(args.tasks), args.per_task, args.seed, args.max_steps, tag="rollout")
+    kept = list(iter_episodes(read_trajectories(out))) if out.is_dir() and any(out.glob("*.parquet")) else []
+    if kept and not args.resume:
+        raise UserError(f"{out}: holds {len(kept)} episodes already; pass --resume to play only the missing ones "
+                        "(nothing is deleted), or choose another --out")
+    planned = {j.episode_id for j in jobs}
+    stranger = next((e.episode_id for e in kept if e.episode_id not in planned), None)
+    if stranger:
+        raise UserError(f"{out}: holds episode {stranger!r}, which this rollout would not play: resume with the same "
+                        "--tasks, --per-task and --seed")
+    agent = make_agent(args)
+    done = {e.episode_id for e in kept}
+    with ShardWriter(out, rows_per_shard=SHARD_ROWS) as writer:
+        new = run_episodes([j for j in jobs if j.episode_id not in done], agent, num_envs=args.num_envs,
+                           num_workers=args.workers, writer=writer, description="rollout")
+    summary = summarize(kept + new)
+    summary.update(seconds=round(time.monotonic() - start, 1), resumed=len(kept),
+                   shards=[str(p) for p in shard_files(out)])
     print_table(summary, title=f"{agent.name} on {args.tasks}")
-    print(f"wrote {len(writer.paths)} shard(s) to {args.out}")
+    print(f"wrote {len(writer.paths)} shard(s) to {out}" + (f" (kept {len(kept)} episodes)" if kept else ""))
     write_summary(args, summary)
     return 0

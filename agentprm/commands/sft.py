@@ -26,13 +26,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     check_replaceable(args.out)   # before any work: --out never replaces a folder agentprm did not write
-    require(args.epochs >= 0, f"--epochs must be >= 0 (got {args.epochs})")
-    require(args.epochs > 0 or args.steps >= 1, f"--steps must be at least 1 (got {args.steps})")
-    require(args.batch_size >= 1, f"--batch-size must be at least 1 (got {args.batch_size})")
-    require(args.grad_accum >= 1, f"--grad-accum must be at least 1 (got {args.grad_accum})")
+    require(args.epochs > 0 or args.steps >= 1, f"--steps must be at least 1 with --epochs 0 (got {args.steps})")
     require(args.history_turns >= 0, f"--history-turns must be >= 0 (got {args.history_turns})")
-    require(args.renumber_copies >= 0, f"--renumber-copies must be >= 0 (got {args.renumber_copies})")
-    require(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     from agentprm.policy.sft import train_sft
 
     cfg = config_from_args(SFTConfig, args, prompt=PromptConfig(show_admissible=args.show_admissible,

@@ -43,7 +43,6 @@ def run(args) -> int:
     require(cfg.method != "online-dpo" or cfg.samples_per_state >= 2,
             f"--samples-per-state must be at least 2 (got {cfg.samples_per_state})")
     require(cfg.method != "kl-distill" or args.mode == "choose", "--method kl-distill needs --mode choose")
-    require(cfg.steps >= 1, f"--steps must be at least 1 (got {cfg.steps})")
     require(cfg.method != "beam-distill" or args.tasks, "--method beam-distill needs --tasks DIR to search on")
     check_lora(cfg.lora)
     tasks = load_tasks(args.tasks) if args.tasks else ()

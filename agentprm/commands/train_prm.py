@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
-from agentprm.errors import require
 from agentprm.io import check_replaceable
 from agentprm.prm.config import PrmConfig, PrmDataConfig
 
@@ -32,7 +31,6 @@ def run(args) -> int:
     check_replaceable(args.out)   # before any work: --out never replaces a folder agentprm did not write
     get_prm_loss(args.loss)       # an unknown --loss: a one-line error naming the registered ones
     prm = config_from_args(PrmConfig, args, init=args.init)
-    require(prm.grad_accum >= 1, f"--grad-accum must be at least 1 (got {prm.grad_accum})")
     cfg = dataclasses.replace(prm.train_config(args.seed), time_budget_s=args.time_budget)
     metrics = train_prm(args.targets, args.init, prm.loss, args.out, cfg, config_from_args(PrmDataConfig, args),
                         progress=True, lora=prm.lora)

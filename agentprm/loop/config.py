@@ -17,6 +17,7 @@ import yaml
 from agentprm.errors import UserError
 from agentprm.io import read_text
 from agentprm.models.device import DeviceConfig, check_device_config
+from agentprm.ranges import check_section
 from agentprm.policy.config import (CRITICS, METHODS as POLICY_METHODS, HackingConfig, PolicyGradientConfig,
                                     PolicyUpdateConfig, SFTConfig)
 from agentprm.prm.config import InversePrmConfig, PrimeConfig, PrmConfig
@@ -129,10 +130,6 @@ def _checked(value: Any, default: Any, path: str, source: str) -> Any:
     return value
 
 
-# Fields that are shares or mixing weights: outside [0, 1] they are a typo, caught before any stage runs.
-FRACTIONS = ("targets.shaping_alpha", "exploration.reset_frac", "exploration.steer_frac")
-
-
 TARGET_SOURCES = ("mc", "continuation")
 ROLLOUT_MODES = ("choose", "generate")
 # Optional stages, with the algorithms that run them: a non-default value under another algorithm would be ignored,
@@ -167,6 +164,7 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     from agentprm.prm.losses import PRM_LOSSES
 
     cfg = _build(LoopConfig, _migrated(data), "", source)
+    check_section(cfg, lambda path: f"{source}: field '{path}'")   # every numeric field's range (agentprm/ranges.py)
     try:
         get_algorithm(cfg.algo)
     except UserError:
@@ -189,29 +187,14 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
                         f"(or beam_width 0: off), got {cfg.eval.beam_width} × {cfg.eval.beam_expand}")
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
-    for path, value, least in (("rollout.branches", cfg.rollout.branches, 0),
-                               ("rollout.max_errors", cfg.rollout.max_errors, 0),
-                               ("rollout.branch_probe", cfg.rollout.branch_probe, 1),
-                               ("eval.beam_width", cfg.eval.beam_width, 0),
-                               ("eval.beam_expand", cfg.eval.beam_expand, 1),
-                               ("policy.search_width", cfg.policy.search_width, 1),
-                               ("policy.search_expand", cfg.policy.search_expand, 1),
-                               ("policy.search_per_task", cfg.policy.search_per_task, 1),
-                               ("prm.grad_accum", cfg.prm.grad_accum, 1),
-                               ("policy0.sft.grad_accum", cfg.policy0.sft.grad_accum, 1),
-                               ("policy0.sft.epochs", cfg.policy0.sft.epochs, 0),
-                               ("policy0.sft.steps", cfg.policy0.sft.steps, 0 if cfg.policy0.sft.epochs else 1)):
-        if value < least:
-            raise UserError(f"{source}: field '{path}' must be at least {least}, got {value}")
+    if not cfg.policy0.sft.epochs and cfg.policy0.sft.steps < 1:   # SFT counts steps unless given epochs
+        raise UserError(f"{source}: field 'policy0.sft.steps' must be at least 1 when policy0.sft.epochs is 0, got "
+                        f"{cfg.policy0.sft.steps}")
     if cfg.rollout.branches and cfg.algo != "agentprm":
         raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
                         "as on-policy groups); set it to 0")
     if cfg.targets.source == "continuation" and (cfg.targets.shaping_alpha or cfg.algo != "agentprm"):
         raise UserError(f"{source}: field 'targets.source' continuation is for algo agentprm without shaping")
-    for path, value in (("targets.continuation_states", cfg.targets.continuation_states),
-                        ("targets.continuation_candidates", cfg.targets.continuation_candidates)):
-        if value < 1:
-            raise UserError(f"{source}: field '{path}' must be at least 1, got {value}")
     if cfg.policy.method == "kl-distill" and (cfg.rollout.mode != "choose" or cfg.hacking.enabled
                                               or cfg.exploration.steer_frac):
         raise UserError(f"{source}: field 'policy.method' kl-distill needs rollout.mode choose, no hacking detector "
@@ -233,11 +216,6 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     for path, lora in (("policy0.sft.lora", cfg.policy0.sft.lora), ("prm.lora", cfg.prm.lora),
                        ("policy.lora", cfg.policy.lora), ("policy_gradient.lora", cfg.policy_gradient.lora)):
         check_lora(lora, f"{source}: field {path}")
-    for path in FRACTIONS:
-        section, name = path.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if not 0.0 <= value <= 1.0:
-            raise UserError(f"{source}: field '{path}' must be in [0, 1], got {value!r}")
     return cfg
 
 

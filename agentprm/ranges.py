@@ -1,0 +1,86 @@
+"""The valid range of every numeric setting, declared once, by field name: a learning rate is > 0 and a γ is in
+[0, 1] in whichever section declares one. The loop's config loader checks every section of a config file, and the
+CLI checks every flag it generated from a section (commands/common.py `add_config_flags`), before any work: a typo is
+a one-line error naming the field, never an hour of rollouts first. `tests/test_ranges.py` checks that every numeric
+field of every section has a rule here and that an out-of-range value of each is refused both ways.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Iterator, NamedTuple
+
+from agentprm.errors import UserError
+
+
+class Range(NamedTuple):
+    low: float
+    high: float = math.inf
+    low_open: bool = False      # low itself is out of range
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below and not math.isnan(value)
+
+    def __str__(self) -> str:
+        if self.high == math.inf:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
+UNIT, UNIT_HALF_OPEN, CORRELATION = Range(0, 1), Range(0, 1, high_open=True), Range(-1, 1)
+
+_BY_NAME = {
+    AT_LEAST_1: ("iterations", "train", "eval", "steps", "batch_size", "batch_groups", "grad_accum", "per_task",
+                 "max_steps", "num_envs", "workers", "branch_probe", "continuation_states", "continuation_candidates",
+                 "samples_per_state", "search_width", "search_expand", "search_per_task", "episodes_per_task",
+                 "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size"),
+    AT_LEAST_0: ("seed", "time_budget_s", "history_turns", "renumber_copies", "checkpoint_every", "r", "branches",
+                 "max_errors", "candidates", "min_margin", "search_tasks", "beam_width", "spro_beta", "entropy_coef",
+                 "probe_episodes", "prm_rise", "std_rise", "max_kl", "threads", "temperature", "bon_temperature",
+                 "delta"),
+    POSITIVE: ("lr", "beta", "alpha", "clip", "epochs"),
+    UNIT: ("gamma", "shaping_alpha", "reset_frac", "steer_frac"),
+    UNIT_HALF_OPEN: ("dropout", "heldout_frac"),
+    CORRELATION: ("min_spearman",),
+}
+RULES: dict[str, Range] = {name: rule for rule, names in _BY_NAME.items() for name in names}
+# Where a section means something else by a name: SFT's epochs = 0 (and then its steps) select the other schedule.
+OVERRIDES: dict[str, Range] = {"SFTConfig.epochs": AT_LEAST_0, "SFTConfig.steps": AT_LEAST_0}
+
+
+def rule_for(section: type, name: str) -> Range | None:
+    return OVERRIDES.get(f"{section.__name__}.{name}", RULES.get(name))
+
+
+def numeric_fields(section: type) -> Iterator[tuple[str, type, str]]:
+    """(dotted path, declaring section, field name) of every int/float field, nested sections included."""
+    defaults = section()
+    for f in dataclasses.fields(section):
+        value = getattr(defaults, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from ((f"{f.name}.{path}", cls, name) for path, cls, name in numeric_fields(type(value)))
+        elif f.type in ("int", "float", "int | None", "float | None") or (
+                isinstance(value, (int, float)) and not isinstance(value, bool)):
+            yield f.name, section, f.name
+
+
+def check_value(section: type, name: str, value: Any, label: Callable[[], str]) -> None:
+    rule = rule_for(section, name)
+    if rule is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not rule.holds(value):
+        raise UserError(f"{label()} must be {rule}, got {value!r}")
+
+
+def check_section(obj: Any, label: Callable[[str], str]) -> None:
+    """Every numeric field of the config dataclass `obj` (nested sections too) against its rule; `label(path)` says
+    how the error names the field (a config file's 'prm.lr', a flag's --lr)."""
+    for path, cls, name in numeric_fields(type(obj)):
+        value = obj
+        for part in path.split("."):
+            value = getattr(value, part)
+        check_value(cls, name, value, lambda p=path: label(p))
