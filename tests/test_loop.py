@@ -76,9 +76,13 @@ def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_
         "iter_1/policy")
     # any other change, or fewer iterations, is refused with the saved config named
     other = tmp_path / "other.yaml"
-    for change in ({"iterations": 1}, {"iterations": 2, "seed": 1}):
+    for change in ({"iterations": 1}, {"iterations": 2, "seed": 1},
+                   {"iterations": 2, "policy0": {**cfg["policy0"], "retrain": True}}):
         other.write_text(yaml.safe_dump({**cfg, **change}))
         assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 2
+    # π0 is loaded, not trained, so its SFT settings (a newer version's defaults) do not stop a resume
+    other.write_text(yaml.safe_dump({**cfg, "iterations": 2, "policy0": {**cfg["policy0"], "sft": {"steps": 7}}}))
+    assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 0
 
 
 def check_run(run: Path, tiny_policy: Path) -> None:

@@ -45,9 +45,12 @@ class Loop:
             if now["iterations"] >= before["iterations"]:
                 before["iterations"] = now["iterations"]
             before["rollout"]["max_errors"] = now["rollout"]["max_errors"]
+            if not (cfg.policy0.retrain or cfg.algo == "sft"):   # π0 is loaded, not trained: its SFT settings (whose
+                before["policy0"]["sft"] = now["policy0"]["sft"]  # defaults may change between versions) are unused
             if before != now:
                 raise UserError(f"{saved}: differs from this run's config; resume with the same config "
-                                "(only 'iterations' may grow, to extend the run; 'rollout.max_errors' may change)")
+                                "(only 'iterations' may grow, to extend the run; 'rollout.max_errors' may change, "
+                                "and 'policy0.sft' where π0 is not trained)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.run_dir / "config.yaml", dump_config(cfg))
         self.stages = StageRunner(self.run_dir, resume, reuse)
