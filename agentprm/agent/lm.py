@@ -11,14 +11,9 @@ Two decoding modes:
              tokens do not depend on the rest of the batch); the engine parses the text with `parse_reply`.
 
 Backends take and return token ids (token-in-token-out, see agent/encoding.py), so a trainer later sees exactly
-the ids that were sampled. `HFBackend` runs a local Hugging Face model in-process. Other backends plug in by
-implementing the same two methods:
-  - an OpenAI-compatible server (e.g. vLLM `vllm serve DIR`): `generate` posts to /v1/completions with the prompt
-    as a list of token ids and `n`, `temperature`, `max_tokens`, `seed`, `return_tokens_as_token_ids`; `score`
-    posts prompt + candidate ids with `echo=True, max_tokens=0, logprobs=0` and sums the candidate positions'
-    prompt logprobs.
-  - Ray workers: an actor per replica holding an `HFBackend`; `generate`/`score` split the prompts across the
-    actors and concatenate their answers in order.
+the ids that were sampled. `HFBackend` runs a local Hugging Face model in-process; `OpenAIBackend`
+(agent/remote.py) asks an OpenAI-compatible server such as vLLM. Other backends plug in by implementing the same
+two methods.
 """
 from __future__ import annotations
 
@@ -129,12 +124,20 @@ class LMAgent:
         self._reply_ids: dict[str, list[int]] = {}   # admissible commands repeat across turns and envs
 
     @classmethod
-    def load(cls, folder: str | Path, **overrides) -> LMAgent:
-        """A policy folder (HF model + tokenizer + agentprm.json); `overrides` are constructor keywords."""
+    def load(cls, folder: str | Path, backend=None, **overrides) -> LMAgent:
+        """A policy folder (HF model + tokenizer + agentprm.json); `overrides` are constructor keywords. `backend`
+        (agent/remote.py BackendConfig) `openai` leaves the model to a server serving that folder: only the
+        tokenizer and prompt settings are read here."""
         from agentprm.models import load_causal_lm, load_tokenizer
 
         folder = Path(folder)
-        model, tokenizer = load_causal_lm(folder), load_tokenizer(folder)
+        if backend is not None and backend.backend == "openai":
+            from agentprm.agent.remote import OpenAIBackend
+
+            tokenizer = load_tokenizer(folder)
+            model = OpenAIBackend(backend, tokenizer, folder, end_of_turn_id(tokenizer))
+        else:   # the model first: its loader turns a broken folder into a one-line error
+            model, tokenizer = load_causal_lm(folder), load_tokenizer(folder)
         overrides.setdefault("name", folder.resolve().name)
         return cls(model, tokenizer, PromptConfig.load(folder), **overrides)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from agentprm.commands.common import add_common, add_device_flags, add_config_flags, write_summary
+from agentprm.agent.remote import BACKENDS, BackendConfig
+from agentprm.commands.common import add_common, add_config_flags, add_device_flags, config_from_args, write_summary
 from agentprm.errors import UserError, require
 from agentprm.loop.config import RolloutConfig
 
@@ -18,12 +19,16 @@ def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None
     p.add_argument("--policy", required=True, metavar="DIR", help=what)
     p.add_argument("--tasks", required=True, metavar="DIR", help="task folder (generated tasks.jsonl or official)")
     add_config_flags(p, RolloutConfig, only=("mode", "num_envs", "workers"), choices={"mode": ("choose", "generate")})
+    add_config_flags(p, BackendConfig, choices={"backend": BACKENDS})
 
 
 def make_agent(args: argparse.Namespace):
     require(args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})")   # eval's own flag
     from agentprm.agent.policies import ExpertAgent, RandomAgent
 
+    backend = config_from_args(BackendConfig, args)
+    require(backend.backend == "hf" or args.policy not in ("expert", "random"),
+            f"--backend {backend.backend} serves a policy folder, not the {args.policy} baseline")
     if args.policy == "expert":
         return ExpertAgent()
     if args.policy == "random":
@@ -34,7 +39,7 @@ def make_agent(args: argparse.Namespace):
 
     if not args.threads:   # env workers share the cores; more torch threads make every step slower
         torch.set_num_threads(1)
-    return LMAgent.load(args.policy, mode=args.mode, temperature=args.temperature, seed=args.seed)
+    return LMAgent.load(args.policy, backend=backend, mode=args.mode, temperature=args.temperature, seed=args.seed)
 
 
 def play(args: argparse.Namespace, agent, tag: str, per_task: int) -> tuple[list, dict]:

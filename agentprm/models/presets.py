@@ -118,7 +118,11 @@ def name_base(model: PreTrainedModel, folder: Path) -> None:
 def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """A local tokenizer folder, made usable by agentprm (`prepare_tokenizer`)."""
     path = _model_dir(path, "tokenizer_config.json", "tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    except Exception as e:   # a broken config.json or tokenizer file: transformers' OSError/ValueError/JSON errors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"{path}: cannot load the tokenizer ({type(e).__name__}: {first[:300]})") from None
     return prepare_tokenizer(tokenizer, path)
 
 
