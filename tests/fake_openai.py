@@ -16,7 +16,8 @@ from agentprm.agent.lm import HFBackend
 
 
 class FakeServer:
-    def __init__(self, model, tokenizer, model_id: str, eos_id: int, fail_first: int = 0, drop_stop_token=False):
+    def __init__(self, model, tokenizer, model_id: str, eos_id: int, fail_first: int = 0, drop_stop_token=False,
+                 port: int = 0):
         self.model, self.tokenizer, self.model_id = model.eval(), tokenizer, model_id
         self.backend = HFBackend(model, tokenizer.pad_token_id, eos_id)
         self.fail_first, self.drop_stop_token, self.requests = fail_first, drop_stop_token, []
@@ -37,6 +38,8 @@ class FakeServer:
 
             def do_GET(self):
                 server.requests.append(("GET", self.path, None))
+                if self.path == "/health":
+                    return self._answer(200, {})
                 if self.path == "/v1/models":
                     return self._answer(200, {"object": "list", "data": [{"id": server.model_id, "root": server.model_id}]})
                 self._answer(404, {"error": "not found"})
@@ -58,7 +61,7 @@ class FakeServer:
                         return self._answer(200, server.complete(body))
                 self._answer(404, {"error": "not found"})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
@@ -70,14 +73,15 @@ class FakeServer:
     def complete(self, body: dict) -> dict:
         prompts = body["prompt"] if body["prompt"] and isinstance(body["prompt"][0], list) else [body["prompt"]]
         if body.get("echo") and body.get("max_tokens") == 0:
-            choices = []
-            for i, ids in enumerate(prompts):
-                logits = self.model(torch.tensor([ids])).logits[0].float()
-                logp = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
-                choices.append({"index": i, "text": "", "finish_reason": "length",
-                                "logprobs": {"tokens": [f"token_id:{t}" for t in ids],
-                                             "token_logprobs": [None, *logp.tolist()]}})
-            return {"choices": choices}
+            width = max(map(len, prompts))    # one right-padded batch: positions start at 0 in every row
+            ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
+            mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts])
+            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+            logp = torch.log_softmax(logits[:, :-1], -1).gather(2, ids[:, 1:, None])[..., 0]
+            return {"choices": [{"index": i, "text": "", "finish_reason": "length",
+                                 "logprobs": {"tokens": [f"token_id:{t}" for t in p],
+                                              "token_logprobs": [None, *logp[i, :len(p) - 1].tolist()]}}
+                                for i, p in enumerate(prompts)]}
         stop = body.get("stop_token_ids", [])
         out = self.backend.generate([prompts[0]], body.get("n", 1), body["temperature"], body["max_tokens"],
                                     body["seed"])[0]
@@ -97,3 +101,13 @@ def serve_folder(folder: Path, **kwargs) -> FakeServer:
 
     tokenizer = load_tokenizer(folder)
     return FakeServer(load_causal_lm(folder), tokenizer, str(folder), end_of_turn_id(tokenizer), **kwargs)
+
+
+if __name__ == "__main__":   # stands in for `python -m vllm.entrypoints.openai.api_server --model DIR --port P ...`
+    import sys
+
+    argv = sys.argv[1:]
+    folder, port = Path(argv[argv.index("--model") + 1]), int(argv[argv.index("--port") + 1])
+    serve_folder(folder, port=port)
+    print(f"fake vLLM serving {folder} on {port}", flush=True)
+    threading.Event().wait()

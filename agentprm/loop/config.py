@@ -16,6 +16,7 @@ import yaml
 
 from agentprm.errors import UserError
 from agentprm.io import read_text
+from agentprm.agent.remote import BackendConfig, check_backend_config
 from agentprm.models.device import DeviceConfig, check_device_config
 from agentprm.ranges import check_section
 from agentprm.policy.config import (CRITICS, METHODS as POLICY_METHODS, HackingConfig, PolicyGradientConfig,
@@ -92,6 +93,8 @@ class LoopConfig:
     prime: PrimeConfig = field(default_factory=PrimeConfig)
     hacking: HackingConfig = field(default_factory=HackingConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)   # where every model of the run lives
+    backend: BackendConfig = field(default_factory=BackendConfig)   # how rollouts and evals run π: in-process, or
+                                    # (backend: openai) through a vLLM server the loop starts for each policy
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -213,6 +216,11 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.policy.distinct and cfg.rollout.mode != "choose":
         raise UserError(f"{source}: field 'policy.distinct' needs rollout.mode 'choose' (got {cfg.rollout.mode!r})")
     check_device_config(cfg.device, f"{source}: section 'device'")
+    check_backend_config(cfg.backend, f"{source}: section 'backend'")
+    for name in ("base_url", "served_model"):   # the loop serves each policy itself (loop/run.py load_agent)
+        if getattr(cfg.backend, name) != getattr(BackendConfig(), name):
+            raise UserError(f"{source}: field 'backend.{name}' is not for the loop: with backend openai it starts a "
+                            "vLLM server for each policy itself (remove the field)")
     for path, lora in (("policy0.sft.lora", cfg.policy0.sft.lora), ("prm.lora", cfg.prm.lora),
                        ("policy.lora", cfg.policy.lora), ("policy_gradient.lora", cfg.policy_gradient.lora)):
         check_lora(lora, f"{source}: field {path}")

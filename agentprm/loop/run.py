@@ -11,6 +11,7 @@ evals/*.json, results.json, report.md, plots/*.png.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -56,6 +57,7 @@ class Loop:
         self.stages = StageRunner(self.run_dir, resume, reuse)
         self.rows: list[dict] = []
         self.update_history: dict[int, list[dict]] = {}
+        self.server = None   # the vLLM server of backend openai (load_agent)
 
     # ---------------------------------------------------------------- stages
     def tasks(self) -> tuple[list, list]:
@@ -142,6 +144,32 @@ class Loop:
         a resume plays it again."""
         check_env_errors(episodes, self.cfg.rollout.max_errors, f"stage {stage}: ", "set rollout.max_errors: {n}")
 
+    def load_agent(self, policy_dir: Path, **kwargs):
+        """π from `policy_dir` as the loop's rollouts and evals play it: in-process, or (`backend: openai`) through
+        a vLLM server this loop supervises (agent/serving.py; log in serve.log), restarted whenever the policy
+        changes, so the policy that plays is always the one just trained."""
+        from agentprm.agent.lm import LMAgent
+
+        b = self.cfg.backend
+        if b.backend != "openai":
+            return LMAgent.load(policy_dir, **kwargs)
+        from agentprm.agent.serving import VLLMServer
+
+        policy_dir = Path(policy_dir).resolve()
+        if self.server is None or self.server.policy != policy_dir:
+            self.stop_server()
+            gpu = self.placement[0].type == "cuda"   # then the server shares the trainer's GPU: 40% of its memory
+            self.server = VLLMServer(policy_dir, log=self.run_dir / "serve.log", device="cuda" if gpu else "cpu",
+                                     dtype="auto" if gpu else "float32",
+                                     extra_args=("--gpu-memory-utilization", "0.4") if gpu else ())
+            self.server.start()
+        return LMAgent.load(policy_dir, backend=dataclasses.replace(b, base_url=self.server.url), **kwargs)
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
     def rollouts(self, i: int, prev: Path, train_tasks, demos=None) -> Path:
         """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task — with `demos` (expert episodes), an
         `exploration.reset_frac` share of them starting on a demo (Reset-50-50, rollout/reset.py) — then
@@ -155,7 +183,7 @@ class Loop:
         c, seed, reset = self.cfg.rollout, self.cfg.seed + i, self.cfg.exploration.reset_frac
 
         def build(out: Path) -> None:
-            agent = LMAgent.load(prev, mode=c.mode, temperature=c.temperature, seed=seed, name=f"pi{i - 1}")
+            agent = self.load_agent(prev, mode=c.mode, temperature=c.temperature, seed=seed, name=f"pi{i - 1}")
             tag = f"rollout-{i}"
             if demos is not None and reset > 0:
                 jobs = reset_jobs(train_tasks, expert_actions(demos), c.per_task, seed, c.max_steps, tag, reset)
@@ -180,12 +208,12 @@ class Loop:
         from agentprm.search.best_of_n import BestOfNAgent
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
-        self.evaluate(f"pi{i}", lambda: LMAgent.load(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
+        self.evaluate(f"pi{i}", lambda: self.load_agent(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
         if prm_dir is None:
             return
 
         def sampler() -> LMAgent:
-            return LMAgent.load(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
+            return self.load_agent(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
                                 name=f"pi{i}")
 
         for n in self.cfg.eval.best_of_n:
@@ -199,19 +227,22 @@ class Loop:
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:
         with run_lock(self.run_dir):
-            return self._run()
+            try:
+                return self._run()
+            finally:
+                self.stop_server()
 
     def _run(self) -> dict:
         from agentprm.agent.lm import LMAgent
         from agentprm.models.device import use_device
         from agentprm.policy.hacking import logged
 
-        use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references all live there
+        self.placement = use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references live there
         start = time.monotonic()
         train_tasks, eval_tasks = self.tasks()
         policy = self.policy0(train_tasks)
         mode = self.cfg.rollout.mode
-        self.evaluate("pi0", lambda: LMAgent.load(policy, mode=mode, seed=self.cfg.seed, name="pi0"), eval_tasks, 0)
+        self.evaluate("pi0", lambda: self.load_agent(policy, mode=mode, seed=self.cfg.seed, name="pi0"), eval_tasks, 0)
         for i in range(1, self.cfg.iterations + 1):
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())
