@@ -202,3 +202,35 @@ def test_a_loop_with_backend_openai_serves_each_policy_and_equals_the_in_process
               if line.startswith("fake vLLM serving")]
     assert served == [str((runs["openai"] / "policy_0").resolve()), str((runs["openai"] / "iter_1/policy").resolve())]
     assert not (runs["hf"] / "serve.log").exists()
+
+
+def test_a_server_does_not_outlive_its_supervisor_killed_with_sigkill(tiny_policy, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    python = fake_vllm(tmp_path, HEALTHY)
+    supervisor = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from agentprm.agent.serving import VLLMServer; "
+        f"s = VLLMServer({str(tiny_policy)!r}, python={str(python)!r}, startup_timeout_s=30); s.start(); "
+        "print(s.proc.pid, flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True)
+    server_pid = int(supervisor.stdout.readline())
+    os.kill(server_pid, 0)                       # serving
+    supervisor.send_signal(signal.SIGKILL)
+    supervisor.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(server_pid):
+        time.sleep(0.1)
+    assert not _alive(server_pid)
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:        # a zombie (not yet reaped by init) is not serving
+        return f.read().split(")")[-1].split()[0] != "Z"

@@ -75,7 +75,8 @@ class VLLMServer:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         finally:
             if self.log:
                 out.close()
@@ -124,6 +125,15 @@ class VLLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it starts (Linux): SIGTERM to it when its supervisor dies, even by SIGKILL, so
+    no server outlives the command or loop that started it (vLLM's API server then stops its engine processes)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def has_vllm() -> bool:
