@@ -4,6 +4,7 @@ printed here as one line with exit code 2."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -11,6 +12,9 @@ import sys
 from agentprm import __version__
 from agentprm.errors import UserError
 
+# OSErrors that are the machine's state, not a bug: a full disk or quota, a folder without write permission, a
+# read-only file system. Atomic writes (io.atomic_path) leave nothing half-written when they strike.
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
 COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve"]
 
 
@@ -55,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             use_device(config_from_args(DeviceConfig, args))
         return int(args.func(args) or 0)
     except UserError as e:   # one line, whatever the message quotes from the input
+        print(f"agentprm {args.command}: error: " + " ".join(str(e).splitlines()), file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in ENVIRONMENT_ERRNOS:   # anything else is a bug: its traceback is wanted
+            raise
         print(f"agentprm {args.command}: error: " + " ".join(str(e).splitlines()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:

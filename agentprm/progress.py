@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
@@ -23,4 +24,4 @@ def progress_bar(total: int, description: str, enabled: bool = True):
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, transient=False) as progress:
-        yield _Bar(progress, progress.add_task(description, total=total))
+        yield _Bar(progress, progress.add_task(escape(description), total=total))

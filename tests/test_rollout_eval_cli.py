@@ -166,3 +166,27 @@ def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, 
                  "--backend", "openai"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(folder) in err
+
+
+def test_odd_path_characters_and_a_full_disk(generated_tasks, tmp_path, capsys, monkeypatch):
+    """Issue 17: a '[/]' in a path crashed the results table (rich read it as markup); a full disk was a traceback."""
+    import errno
+    import shutil
+
+    odd = tmp_path / "odd[/]" / "tasks[bold]"
+    shutil.copytree(generated_tasks.eval, odd)
+    assert main(["eval", "--policy", "random", "--tasks", str(odd), "--max-steps", "2", "--workers", "1"]) == 0
+    assert main(["tasks", "list", "--tasks", str(odd)]) == 0
+    out = capsys.readouterr().out
+    flat = "".join(out.split())   # titles wrap at the terminal's width
+    assert f"randomon{odd}" in flat and f"{odd}:{generated_tasks.num}games" in flat
+
+    def full(path, *_):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr("agentprm.commands.common.write_json", full)
+    summary = tmp_path / "s.json"
+    assert main(["eval", "--policy", "random", "--tasks", str(odd), "--max-steps", "2", "--workers", "1",
+                 "--json", str(summary)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"agentprm eval: error: [Errno 28] No space left on device: '{summary}'" and not summary.exists()

@@ -111,3 +111,21 @@ def test_readable_with_datasets(tmp_path):
     assert ds.num_rows == 5
     assert ds[0]["admissible"] == ["look", "go to shelf 0"]
     assert sum(ds["won"]) == 1
+
+
+def test_nan_or_infinite_numbers_are_refused_naming_file_column_and_row(tmp_path):
+    """Issue 17: a NaN reward (or Q̂) went through to the losses and trained the PRM into NaN silently."""
+    from agentprm.data.tables import TARGETS_SCHEMA, read_targets
+
+    rows = episode("a", 3).rows()
+    rows[1]["reward"] = float("nan")
+    bad = tmp_path / "nan.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), bad)
+    with pytest.raises(UserError, match=r"nan.parquet: column 'reward' holds nan at row 1; values must be finite"):
+        read_trajectories(bad)
+    targets = tmp_path / "targets.parquet"
+    table = pa.Table.from_pylist([{f.name: None for f in TARGETS_SCHEMA}] * 2, schema=TARGETS_SCHEMA)
+    table = table.set_column(TARGETS_SCHEMA.get_field_index("q"), "q", pa.array([0.5, float("inf")]))
+    pq.write_table(table, targets)
+    with pytest.raises(UserError, match=r"targets.parquet: column 'q' holds inf at row 1"):
+        read_targets(targets)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agentprm.commands.common import add_device_flags, config_from_args, write_summary
@@ -62,7 +63,7 @@ def print_results(rows: list[dict], title: str, comparisons: list[dict] = ()) ->
     against: dict[str, dict] = {}   # a row's first claim: π_i vs π_{i-1}, a search vs its policy
     for c in comparisons:
         against.setdefault(c["a"], c)
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for col in ("policy", "acts by", "success", "95% CI", "eps", "Δ vs", "paired Δ [95% CI]", "≠ 0"):
         table.add_column(col, justify="right", no_wrap=col.startswith("paired"))
     for r in rows:

@@ -74,6 +74,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from agentprm.envs.alfworld.tasks import load_tasks
@@ -81,7 +82,7 @@ def run_list(args: argparse.Namespace) -> int:
     tasks = load_tasks(args.tasks, args.types)
     counts = Counter((t.task_type, t.split or "-") for t in tasks)
     splits = sorted({split for _, split in counts})
-    table = Table(title=f"{args.tasks}: {len(tasks)} games")
+    table = Table(title=escape(f"{args.tasks}: {len(tasks)} games"))
     for column in ("task type", *splits, "total"):
         table.add_column(column, justify="left" if column == "task type" else "right")
     for task_type in TASK_TYPES:

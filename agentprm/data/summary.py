@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agentprm.errors import UserError
@@ -102,7 +103,7 @@ def per_seed_cell(r: dict) -> str:
 def print_table(summary: dict, title: str = "") -> None:
     """Success per task type and overall; an `errors` column (episodes whose env failed: a broken game, a lost
     worker — counted as failures above) whenever there are any."""
-    table = Table(title=title)
+    table = Table(title=escape(title))   # a path's '[...]' is text, not rich markup
     errors = bool(summary.get("errors"))
     for col in ("task type", "episodes", "success", "95% CI", "mean turns") + (("errors",) if errors else ()):
         table.add_column(col, justify="left" if col == "task type" else "right")

@@ -86,6 +86,20 @@ def write_with_info(path: str | Path, table: pa.Table, info: dict[str, Any]) -> 
     return path
 
 
+def check_finite(table: pa.Table, schema: pa.Schema, path: Path) -> None:
+    """Every floating-point column of `schema` holds finite numbers: a NaN reward or Q̂ would reach the losses as
+    NaN and train a model into NaN without a word."""
+    import pyarrow.compute as pc
+
+    for field in schema:
+        if pa.types.is_floating(field.type) and field.name in table.column_names:
+            finite = pc.is_finite(table[field.name]).fill_null(True)   # a null is checked where it matters
+            if not pc.all(finite).as_py():
+                row = pc.index(finite, False).as_py()
+                raise UserError(f"{path}: column '{field.name}' holds {table[field.name][row].as_py()!r} at row {row}; "
+                                "values must be finite numbers")
+
+
 def conform(table: pa.Table, schema: pa.Schema, path: Path, what: str) -> pa.Table:
     """`table` with exactly `schema`'s columns, cast to its types; a missing or uncastable column is a UserError."""
     for field in schema:
@@ -98,6 +112,7 @@ def conform(table: pa.Table, schema: pa.Schema, path: Path, what: str) -> pa.Tab
                 raise UserError(f"{path}: column '{field.name}' has type {table.schema.field(field.name).type}, "
                                 f"expected {field.type}") from None
             table = table.set_column(table.column_names.index(field.name), field.name, column)
+    check_finite(table, schema, path)
     return table.select(schema.names)
 
 

@@ -50,6 +50,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agentprm.data.tables import check_finite
 from agentprm.envs.base import Turn
 from agentprm.errors import UserError
 from agentprm.io import atomic_path
@@ -250,6 +251,7 @@ def read_shard(path: Path) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 raise UserError(f"{path}: column '{col.name}' has type {table.schema.field(idx).type}, "
                                 f"expected {col.type}") from None
+    check_finite(table, SCHEMA, path)
     return table
 
 
