@@ -22,7 +22,8 @@ from agentprm.eval.paired import paired_difference
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sweep", type=Path, required=True)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=[0, 1, 2],
+                    help="comma-separated, e.g. 0,1 (default 0,1,2: those the rows have)")
     ap.add_argument("pairs", nargs="+", metavar="A:B")
     args = ap.parse_args()
 
