@@ -8,6 +8,7 @@ import argparse
 
 from agentprm.agent.remote import BACKENDS, BackendConfig
 from agentprm.commands.common import add_common, add_config_flags, add_device_flags, config_from_args, write_summary
+from agentprm.envs.pool import POOLS, configure_pool
 from agentprm.errors import UserError, require
 from agentprm.loop.config import RolloutConfig
 
@@ -18,12 +19,15 @@ def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None
     what = "a policy folder, or expert|random" if baselines else "a policy folder (from `agentprm sft`)"
     p.add_argument("--policy", required=True, metavar="DIR", help=what)
     p.add_argument("--tasks", required=True, metavar="DIR", help="task folder (generated tasks.jsonl or official)")
-    add_config_flags(p, RolloutConfig, only=("mode", "num_envs", "workers"), choices={"mode": ("choose", "generate")})
+    add_config_flags(p, RolloutConfig, only=("mode", "num_envs", "workers", "pool", "ray_address"),
+                     choices={"mode": ("choose", "generate"), "pool": POOLS})
     add_config_flags(p, BackendConfig, choices={"backend": BACKENDS})
 
 
 def make_agent(args: argparse.Namespace):
+    """The agent `--policy` names; also where this command's env workers will run (--pool), before any is started."""
     require(args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})")   # eval's own flag
+    configure_pool(args.pool, args.ray_address)
     from agentprm.agent.policies import ExpertAgent, RandomAgent
 
     backend = config_from_args(BackendConfig, args)

@@ -100,6 +100,29 @@ def _worker_main(conn: Connection) -> None:
 
 # ------------------------------------------------------------------------------------------------ parent side
 
+POOLS = ("local", "ray")
+_kind, _address = "local", ""   # this process's choice (configure_pool), like models/device.py's placement
+
+
+def configure_pool(kind: str = "local", address: str = "") -> None:
+    """Where every pool this process opens runs its env workers: `local` processes, or `ray` actors (on the cluster
+    at `address`, or a local Ray started on first use). Set once by the loop (`rollout.pool`) or a command
+    (`--pool`)."""
+    global _kind, _address
+    if kind not in POOLS:
+        raise ValueError(f"unknown pool {kind!r}; known: {', '.join(POOLS)}")
+    _kind, _address = kind, address
+
+
+def open_pool(num_workers: int, num_slots: int | None = None, **kwargs) -> EnvPool:
+    """An `EnvPool` of the configured kind: the one constructor the rollout engine, beam search and the oracle use."""
+    if _kind == "ray":
+        from agentprm.envs.ray_pool import RayEnvPool
+
+        return RayEnvPool(num_workers, num_slots=num_slots, address=_address, **kwargs)
+    return EnvPool(num_workers, num_slots=num_slots, **kwargs)
+
+
 
 @dataclass
 class _Worker:
@@ -188,7 +211,7 @@ class EnvPool:
         for slot, (cmd, arg) in requests.items():
             self._check_slot(slot)
             if cmd == "reset":
-                if not self._workers[self.worker_of(slot)].process.is_alive() and not self._outstanding:
+                if not self._alive(self.worker_of(slot)) and not self._outstanding:
                     self._replace(self.worker_of(slot), "worker died between requests")  # died while idle
                 self._slots[slot] = _Slot(doing=f"resetting {repr(arg)[:300]}")
             elif cmd == "step":
@@ -203,12 +226,9 @@ class EnvPool:
         for slot, (cmd, arg) in requests.items():
             if slot not in failed:
                 batches.setdefault(self.worker_of(slot), []).append((slot, cmd, arg))
-        payloads = {w: ForkingPickler.dumps(batch) for w, batch in batches.items()}  # fail before sending
+        payloads = {w: bytes(ForkingPickler.dumps(batch)) for w, batch in batches.items()}  # fail before sending
         for w, payload in payloads.items():
-            try:
-                self._workers[w].conn.send_bytes(payload)
-            except OSError:  # already gone: its EOF is read when collecting
-                pass
+            self._send(w, payload)
         ticket = Ticket(list(requests), {w: [slot for slot, _, _ in b] for w, b in batches.items()},
                         {w: self._workers[w] for w in batches}, failed)
         self._outstanding.append(ticket)
@@ -231,6 +251,16 @@ class EnvPool:
             else:
                 results.update({slot: self._receive(slot, ok, value) for slot, ok, value in replies})
         return {slot: results[slot] for slot in ticket.slots}
+
+    # the transport to the workers: processes and pipes here; envs/ray_pool.py overrides these five for Ray actors
+    def _alive(self, w: int) -> bool:
+        return self._workers[w].process.is_alive()
+
+    def _send(self, w: int, payload: bytes) -> None:
+        try:
+            self._workers[w].conn.send_bytes(payload)
+        except OSError:  # already gone: its EOF is read when collecting
+            pass
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < len(self._slots):

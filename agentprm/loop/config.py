@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from agentprm.envs.pool import POOLS
 from agentprm.errors import UserError
 from agentprm.io import read_text
 from agentprm.agent.remote import BackendConfig, check_backend_config
@@ -57,6 +58,8 @@ class RolloutConfig:
     branch_probe: int = 4           # samples from π per visited state to find those turns and actions
     max_errors: int = 0             # episodes with an env error (a broken game, a lost worker) a rollout or eval
                                     # stage accepts; more fail the stage, which is then not marked complete
+    pool: str = "local"             # env workers as local processes, or as Ray actors (envs/ray_pool.py)
+    ray_address: str = ""           # pool ray: the cluster to join ("" = a local Ray started on first use)
 
 
 @dataclass
@@ -173,7 +176,7 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     except UserError:
         raise UserError(f"{source}: field 'algo' must be one of {', '.join(sorted(ALGORITHMS))}, "
                         f"got {cfg.algo!r}") from None
-    for path, value, known in (("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES),
+    for path, value, known in (("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES), ("rollout.pool", cfg.rollout.pool, POOLS),
                                ("prm.loss", cfg.prm.loss, tuple(PRM_LOSSES)),
                                ("targets.source", cfg.targets.source, TARGET_SOURCES),
                                ("policy.method", cfg.policy.method, POLICY_METHODS),

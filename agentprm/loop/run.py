@@ -234,10 +234,12 @@ class Loop:
 
     def _run(self) -> dict:
         from agentprm.agent.lm import LMAgent
+        from agentprm.envs.pool import configure_pool
         from agentprm.models.device import use_device
         from agentprm.policy.hacking import logged
 
         self.placement = use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references live there
+        configure_pool(self.cfg.rollout.pool, self.cfg.rollout.ray_address)   # where every env worker runs
         start = time.monotonic()
         train_tasks, eval_tasks = self.tasks()
         policy = self.policy0(train_tasks)

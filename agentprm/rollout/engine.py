@@ -29,7 +29,7 @@ from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.envs.base import Turn
-from agentprm.envs.pool import EnvPool
+from agentprm.envs.pool import EnvPool, open_pool
 from agentprm.progress import progress_bar
 
 
@@ -136,7 +136,7 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
     split = num_envs >= 2 * num_workers
     groups = [[s for s in range(num_envs) if not split or (s // num_workers) % 2 == g] for g in range(1 + split)]
     in_flight: dict[int, tuple] = {}   # group -> (ticket, what was sent per slot); gathered oldest first
-    with (contextlib.nullcontext(pool) if pool else EnvPool(num_workers, num_slots=num_envs)) as pool, \
+    with (contextlib.nullcontext(pool) if pool else open_pool(num_workers, num_slots=num_envs)) as pool, \
             progress_bar(total, description, progress) as bar:
         while pending or active or in_flight:
             for g, slots in enumerate(groups):

@@ -22,7 +22,7 @@ import torch
 
 from agentprm.agent.state import AgentState
 from agentprm.envs.alfworld.tasks import TaskSpec
-from agentprm.envs.pool import EnvPool
+from agentprm.envs.pool import EnvPool, open_pool
 from agentprm.rollout.engine import EpisodeJob, run_episodes
 
 
@@ -73,7 +73,7 @@ class OracleCritic:
 
     def _open(self) -> EnvPool:
         if self._pool is None:
-            self._pool = EnvPool(self.workers or os.cpu_count() or 1, num_slots=self.num_envs).__enter__()
+            self._pool = open_pool(self.workers or os.cpu_count() or 1, num_slots=self.num_envs).__enter__()
         return self._pool
 
     def close(self) -> None:

@@ -33,7 +33,7 @@ from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.envs.base import Turn
-from agentprm.envs.pool import EnvPool
+from agentprm.envs.pool import EnvPool, open_pool
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def play_beam(tasks: Sequence[TaskSpec], generator, prm, *, width: int, expand: 
               tag: str = "beam", workers: int = 1, per_task: int = 1) -> tuple[list[EpisodeRecord], dict]:
     """Beam search on every task `per_task` times; episodes and their summary (plus the sample/step counts)."""
     start, results = time.monotonic(), []
-    with EnvPool(min(workers, width), num_slots=width) as pool:
+    with open_pool(min(workers, width), num_slots=width) as pool:
         for task in tasks:
             for k in range(per_task):
                 results.append(beam_search(task, generator, prm, pool, width=width, expand=expand,
