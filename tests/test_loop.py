@@ -397,3 +397,21 @@ def test_resume_torture_killed_runs_finish_equal_to_an_uninterrupted_one(tmp_pat
     for weights in ("iter_1/prm/model.safetensors", "iter_1/policy/model.safetensors"):
         assert (tortured / weights).read_bytes() == (clean / weights).read_bytes(), weights
     assert not list(tortured.rglob("*.partial*")) and not list(tortured.rglob(".*.tmp"))
+
+
+def loop_in_process_and_served(tmp_path: Path, generated_tasks, tiny_policy) -> Path:
+    """The mini loop with `backend: hf` and with `backend: openai` (whatever server agent/serving.py starts); checks
+    that every eval row and every rollout of the two are equal, and returns the served run's folder."""
+    runs = {}
+    for backend in ("hf", "openai"):
+        cfg = mini_config(tmp_path, generated_tasks, tiny_policy, backend={"backend": backend},
+                          eval={"max_steps": 4, "best_of_n": [2], "beam_width": 0})
+        runs[backend] = tmp_path / backend
+        assert main(["loop", "--config", str(cfg), "--run-dir", str(runs[backend])]) == 0
+    rows = {b: [(r["policy"], r["best_of_n"], r["per_task"]) for r in json.loads((d / "results.json").read_text())["rows"]]
+            for b, d in runs.items()}
+    assert rows["hf"] == rows["openai"] and len(rows["hf"]) == 3
+    acts = {b: {e.episode_id: [s.action for s in e.steps] for e in iter_episodes(read_trajectories(d / "iter_1/rollouts"))}
+            for b, d in runs.items()}
+    assert acts["hf"] == acts["openai"] and not (runs["hf"] / "serve.log").exists()
+    return runs["openai"]

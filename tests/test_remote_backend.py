@@ -2,7 +2,6 @@
 scores as the in-process backend, reproducible sampling, retries, and one-line errors for a wrong or absent server."""
 from __future__ import annotations
 
-import json
 import socket
 import sys
 from pathlib import Path
@@ -180,28 +179,16 @@ def test_a_loop_with_backend_openai_serves_each_policy_and_equals_the_in_process
     """backend: openai — the loop starts a server for π0 (its eval and the iteration's rollouts), then one for π1 (its
     eval and Best-of-N), through agent/serving.py with the vLLM stand-in; choose-mode scores equal the in-process
     ones, so every row and every rollout equals the in-process loop's."""
-    from test_loop import mini_config
+    from test_loop import loop_in_process_and_served
 
     script = tmp_path / "python"
     script.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / 'fake_openai.py'} \"$@\"\n")
     script.chmod(0o755)
     monkeypatch.setenv("AGENTPRM_VLLM_PYTHON", str(script))
-    runs = {}
-    for backend in ("hf", "openai"):
-        cfg = mini_config(tmp_path, generated_tasks, tiny_policy, backend={"backend": backend},
-                          eval={"max_steps": 4, "best_of_n": [2], "beam_width": 0})
-        runs[backend] = tmp_path / backend
-        assert main(["loop", "--config", str(cfg), "--run-dir", str(runs[backend])]) == 0
-    rows = {b: [(r["policy"], r["best_of_n"], r["per_task"]) for r in json.loads((d / "results.json").read_text())["rows"]]
-            for b, d in runs.items()}
-    assert rows["hf"] == rows["openai"] and len(rows["hf"]) == 3
-    acts = {b: {e.episode_id: [s.action for s in e.steps] for e in iter_episodes(read_trajectories(d / "iter_1/rollouts"))}
-            for b, d in runs.items()}
-    assert acts["hf"] == acts["openai"]
-    served = [line.split()[3] for line in (runs["openai"] / "serve.log").read_text().splitlines()
-              if line.startswith("fake vLLM serving")]
-    assert served == [str((runs["openai"] / "policy_0").resolve()), str((runs["openai"] / "iter_1/policy").resolve())]
-    assert not (runs["hf"] / "serve.log").exists()
+    served = loop_in_process_and_served(tmp_path, generated_tasks, tiny_policy)
+    policies = [line.split()[3] for line in (served / "serve.log").read_text().splitlines()
+                if line.startswith("fake vLLM serving")]
+    assert policies == [str((served / "policy_0").resolve()), str((served / "iter_1/policy").resolve())]
 
 
 def test_a_server_does_not_outlive_its_supervisor_killed_with_sigkill(tiny_policy, tmp_path):

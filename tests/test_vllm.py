@@ -81,23 +81,10 @@ def test_a_loop_iteration_with_backend_openai_equals_the_in_process_loop(server,
                                                                           tiny_policy):
     """The loop's own supervised servers (π0, then π1; not the module's): every eval row and rollout equals the
     in-process loop's for the same seed (choose mode: the server scores, the loop samples)."""
-    import json
+    from test_loop import loop_in_process_and_served
 
-    from test_loop import mini_config
-
-    runs = {}
-    for backend in ("hf", "openai"):
-        cfg = mini_config(tmp_path, generated_tasks, tiny_policy, backend={"backend": backend},
-                          eval={"max_steps": 4, "best_of_n": [2], "beam_width": 0})
-        runs[backend] = tmp_path / backend
-        assert main(["loop", "--config", str(cfg), "--run-dir", str(runs[backend])]) == 0
-    rows = {b: [(r["policy"], r["best_of_n"], r["per_task"]) for r in json.loads((d / "results.json").read_text())["rows"]]
-            for b, d in runs.items()}
-    assert rows["hf"] == rows["openai"] and len(rows["hf"]) == 3
-    acts = {b: {e.episode_id: [s.action for s in e.steps] for e in iter_episodes(read_trajectories(d / "iter_1/rollouts"))}
-            for b, d in runs.items()}
-    assert acts["hf"] == acts["openai"]
-    assert (runs["openai"] / "serve.log").read_text().count("Application startup complete") == 2
+    served = loop_in_process_and_served(tmp_path, generated_tasks, tiny_policy)
+    assert (served / "serve.log").read_text().count("Application startup complete") == 2
 
 
 def test_zz_a_killed_server_is_a_one_line_error_and_the_rollout_resumes(server, generated_tasks, tmp_path, capsys):
