@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,9 +40,6 @@ class BackendConfig:
     timeout_s: float = 120.0        # per request
     retries: int = 3                # retries of a request after a connection error, a timeout or a 5xx
     concurrency: int = 8            # requests in flight at once
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def check_backend_config(cfg: BackendConfig, where: str = "backend") -> None:
