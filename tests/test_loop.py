@@ -242,13 +242,23 @@ def test_shipped_configs_load(config):
     assert get_algorithm(cfg.algo) and cfg.iterations >= 1
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "compare.yaml"])
-def test_quickstart_yaml_spells_out_the_quickstart_defaults(name):
-    """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart", and reads compare.yaml's agentprm
-    row as those same runs: keep both equal to LoopConfig()."""
+def test_quickstart_yaml_spells_out_the_quickstart_defaults():
+    """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to LoopConfig()."""
     from agentprm.loop.config import LoopConfig, load_config
 
-    assert load_config(Path(__file__).parents[1] / "configs" / name) == LoopConfig()
+    assert load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml") == LoopConfig()
+
+
+def test_compare_yaml_is_the_quickstart_on_216_eval_games():
+    """docs/results.md reads compare.yaml's agentprm row as the quickstart evaluated on 216 games (its Best-of-N and
+    beam rows come from the sweep's search rows): only those eval fields may differ from LoopConfig()."""
+    import dataclasses
+
+    from agentprm.loop.config import LoopConfig, load_config
+
+    cfg, default = load_config(Path(__file__).parents[1] / "configs" / "compare.yaml"), LoopConfig()
+    assert cfg.tasks.eval == 216 and cfg.eval.best_of_n == []
+    assert dataclasses.replace(cfg, tasks=default.tasks, eval=default.eval) == default
 
 
 def test_paper_yaml_is_the_quickstart_with_more_iterations():
