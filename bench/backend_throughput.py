@@ -2,6 +2,7 @@
 
     python bench/backend_throughput.py [--policy DIR] [--games DIR] [--num-envs 16] [--max-steps 20]
                                        [--workers 2] [--mode choose|generate] [--repeats 3] [--json PATH]
+                                       [--device cpu|cuda] [--dtype float32|bfloat16]
 
 Both sides play the same episodes (the first --num-envs games of --games, or that many generated eval games) with
 the same policy (default: the bundled π0), greedy, on one warm env pool; the server (agent/serving.py, started once,
@@ -40,11 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=("choose", "generate"), default="choose")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="where both sides run π: the in-process model and the server")
+    p.add_argument("--dtype", default="float32")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     import torch
 
+    from agentprm.models.device import DeviceConfig, use_device
+
     torch.set_num_threads(1)   # the env workers and the server share the cores
+    use_device(DeviceConfig(device=args.device, dtype=args.dtype))
+    gpu = args.device.startswith("cuda")
     with tempfile.TemporaryDirectory() as scratch:
         if args.games:
             tasks = load_tasks(args.games)[:args.num_envs]
@@ -53,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
             tasks = generate_tasks(Path(scratch) / "games", "eval", args.num_envs, args.seed, progress=False)
         jobs = episode_jobs(tasks, 1, args.seed, args.max_steps, "bench")
-        with VLLMServer(args.policy, log=Path(scratch) / "serve.log") as server, \
+        with VLLMServer(args.policy, log=Path(scratch) / "serve.log", device="cuda" if gpu else "cpu",
+                        dtype="auto" if gpu else args.dtype) as server, \
                 EnvPool(args.workers, num_slots=args.num_envs) as pool:
             agents = {"hf": LMAgent.load(args.policy, mode=args.mode),
                       "openai": LMAgent.load(args.policy, mode=args.mode,

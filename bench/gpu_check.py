@@ -23,8 +23,8 @@ from pathlib import Path
 SIZES = {   # LlamaConfig fields; parameters with the 355-token env vocabulary
     "0.5b": dict(hidden_size=1280, intermediate_size=3456, num_hidden_layers=24, num_attention_heads=20,
                  num_key_value_heads=20),           # ~0.47 B
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=4),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=2),            # head_dim 32: vLLM's CPU attention has no kernel for 16
 }
 BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}   # dense bf16 FLOP/s, vendor sheets
 

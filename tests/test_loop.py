@@ -409,19 +409,19 @@ def test_resume_torture_killed_runs_finish_equal_to_an_uninterrupted_one(tmp_pat
     assert not list(tortured.rglob("*.partial*")) and not list(tortured.rglob(".*.tmp"))
 
 
-def loop_in_process_and_served(tmp_path: Path, generated_tasks, tiny_policy) -> Path:
-    """The mini loop with `backend: hf` and with `backend: openai` (whatever server agent/serving.py starts); checks
-    that every eval row and every rollout of the two are equal, and returns the served run's folder."""
+def loop_in_process_and_served(tmp_path: Path, generated_tasks, tiny_policy, backend: dict | None = None) -> Path:
+    """The mini loop with `backend: hf` and with `backend` (default: openai, whatever server agent/serving.py
+    starts); checks that every eval row and every rollout of the two are equal, and returns the second run's folder."""
     runs = {}
-    for backend in ("hf", "openai"):
-        cfg = mini_config(tmp_path, generated_tasks, tiny_policy, backend={"backend": backend},
+    for name, section in (("hf", {"backend": "hf"}), ("other", backend or {"backend": "openai"})):
+        cfg = mini_config(tmp_path, generated_tasks, tiny_policy, backend=section,
                           eval={"max_steps": 4, "best_of_n": [2], "beam_width": 0})
-        runs[backend] = tmp_path / backend
-        assert main(["loop", "--config", str(cfg), "--run-dir", str(runs[backend])]) == 0
+        runs[name] = tmp_path / name
+        assert main(["loop", "--config", str(cfg), "--run-dir", str(runs[name])]) == 0
     rows = {b: [(r["policy"], r["best_of_n"], r["per_task"]) for r in json.loads((d / "results.json").read_text())["rows"]]
             for b, d in runs.items()}
-    assert rows["hf"] == rows["openai"] and len(rows["hf"]) == 3
+    assert rows["hf"] == rows["other"] and len(rows["hf"]) == 3
     acts = {b: {e.episode_id: [s.action for s in e.steps] for e in iter_episodes(read_trajectories(d / "iter_1/rollouts"))}
             for b, d in runs.items()}
-    assert acts["hf"] == acts["openai"] and not (runs["hf"] / "serve.log").exists()
-    return runs["openai"]
+    assert acts["hf"] == acts["other"] and not (runs["hf"] / "serve.log").exists()
+    return runs["other"]

@@ -131,7 +131,7 @@ def test_an_absent_server_or_another_model_is_refused_before_any_episode(tiny_po
     assert main([*common, "--policy", "random", "--base-url", server.url]) == 2
     assert "serves a policy folder, not the random baseline" in capsys.readouterr().err
     assert main([*common, "--policy", str(tiny_policy), "--base-url", "localhost:8000"]) == 2
-    assert "field 'base_url' must start with http://" in capsys.readouterr().err
+    assert "field 'base_url' must be one or more comma-separated http:// or https:// URLs" in capsys.readouterr().err
 
 
 def fake_vllm(tmp_path, body: str) -> Path:

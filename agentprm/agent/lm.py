@@ -126,16 +126,29 @@ class LMAgent:
     @classmethod
     def load(cls, folder: str | Path, backend=None, **overrides) -> LMAgent:
         """A policy folder (HF model + tokenizer + agentprm.json); `overrides` are constructor keywords. `backend`
-        (agent/remote.py BackendConfig) `openai` leaves the model to a server serving that folder: only the
-        tokenizer and prompt settings are read here."""
+        (agent/remote.py BackendConfig) `openai` leaves the model to a server serving that folder (or to several:
+        agent/replicas.py), and `replicas: N` to N Ray actors; `backend` may also be a GenerationBackend already
+        serving the folder (the loop's, kept while the policy plays). Then only the tokenizer and prompt settings
+        are read here."""
         from agentprm.models import load_causal_lm, load_tokenizer
 
+        from agentprm.agent.remote import BackendConfig
+
         folder = Path(folder)
-        if backend is not None and backend.backend == "openai":
-            from agentprm.agent.remote import OpenAIBackend
+        if backend is not None and not isinstance(backend, BackendConfig):   # a backend already serving `folder`
+            model, tokenizer = backend, load_tokenizer(folder)
+        elif backend is not None and backend.backend == "openai":
+            from agentprm.agent.remote import OpenAIBackend, server_urls
+            from agentprm.agent.replicas import server_replicas
 
             tokenizer = load_tokenizer(folder)
-            model = OpenAIBackend(backend, tokenizer, folder, end_of_turn_id(tokenizer))
+            several = len(server_urls(backend.base_url)) > 1
+            model = (server_replicas if several else OpenAIBackend)(backend, tokenizer, folder, end_of_turn_id(tokenizer))
+        elif backend is not None and backend.replicas > 1:
+            from agentprm.agent.replicas import ray_replicas
+            from agentprm.envs.pool import configured_ray_address
+
+            model, tokenizer = ray_replicas(folder, backend.replicas, configured_ray_address()), load_tokenizer(folder)
         else:   # the model first: its loader turns a broken folder into a one-line error
             model, tokenizer = load_causal_lm(folder), load_tokenizer(folder)
         overrides.setdefault("name", folder.resolve().name)

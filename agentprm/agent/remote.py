@@ -34,19 +34,32 @@ PROBE_TEXT = "go to countertop 1\nYou arrive at countertop 1. On the countertop 
 class BackendConfig:
     backend: str = "hf"             # hf: the policy folder's model, run in this process | openai: an OpenAI-compatible
                                     # server (vLLM) serving that folder, at --base-url (agent/remote.py)
-    base_url: str = "http://127.0.0.1:8000"   # the server (backend openai); /v1 is appended
+    base_url: str = "http://127.0.0.1:8000"   # the server (backend openai); /v1 is appended. Several, comma-separated:
+                                    # one generation replica per server (agent/replicas.py)
     served_model: str = ""          # the model name the server knows the policy by ("" = the one model it serves,
                                     # which must be the policy folder)
     timeout_s: float = 120.0        # per request
     retries: int = 3                # retries of a request after a connection error, a timeout or a 5xx
-    concurrency: int = 8            # requests in flight at once
+    concurrency: int = 8            # requests in flight at once (per server)
+    replicas: int = 1               # backend hf: data-parallel copies of π as Ray actors, one GPU each where the
+                                    # cluster has them (agent/replicas.py); backend openai: list the servers in base_url
 
 
 def check_backend_config(cfg: BackendConfig, where: str = "backend") -> None:
     if cfg.backend not in BACKENDS:
         raise UserError(f"{where}: field 'backend' must be one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
-    if cfg.backend == "openai" and not cfg.base_url.startswith(("http://", "https://")):
-        raise UserError(f"{where}: field 'base_url' must start with http:// or https://, got {cfg.base_url!r}")
+    if cfg.backend == "openai":
+        bad = [u for u in server_urls(cfg.base_url) if not u.startswith(("http://", "https://"))]
+        if bad or not server_urls(cfg.base_url):
+            raise UserError(f"{where}: field 'base_url' must be one or more comma-separated http:// or https:// "
+                            f"URLs, got {cfg.base_url!r}")
+        if cfg.replicas != 1:
+            raise UserError(f"{where}: field 'replicas' is for backend hf; with backend openai each server listed in "
+                            f"'base_url' (comma-separated) is one replica")
+
+
+def server_urls(base_url: str) -> list[str]:
+    return [u.strip() for u in base_url.split(",") if u.strip()]
 
 
 class OpenAIBackend:

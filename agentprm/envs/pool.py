@@ -114,6 +114,12 @@ def configure_pool(kind: str = "local", address: str = "") -> None:
     _kind, _address = kind, address
 
 
+def configured_ray_address() -> str:
+    """The Ray cluster this process was pointed at (`rollout.ray_address` / `--ray-address`), for anything else it
+    runs on Ray (generation replicas, agent/replicas.py): one address for all of it."""
+    return _address
+
+
 def open_pool(num_workers: int, num_slots: int | None = None, **kwargs) -> EnvPool:
     """An `EnvPool` of the configured kind: the one constructor the rollout engine, beam search and the oracle use."""
     if _kind == "ray":

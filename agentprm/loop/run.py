@@ -57,7 +57,7 @@ class Loop:
         self.stages = StageRunner(self.run_dir, resume, reuse)
         self.rows: list[dict] = []
         self.update_history: dict[int, list[dict]] = {}
-        self.server = None   # the vLLM server of backend openai (load_agent)
+        self.serving = None  # (policy folder, its vLLM server or Ray replicas): load_agent
 
     # ---------------------------------------------------------------- stages
     def tasks(self) -> tuple[list, list]:
@@ -145,30 +145,43 @@ class Loop:
         check_env_errors(episodes, self.cfg.rollout.max_errors, f"stage {stage}: ", "set rollout.max_errors: {n}")
 
     def load_agent(self, policy_dir: Path, **kwargs):
-        """π from `policy_dir` as the loop's rollouts and evals play it: in-process, or (`backend: openai`) through
-        a vLLM server this loop supervises (agent/serving.py; log in serve.log), restarted whenever the policy
-        changes, so the policy that plays is always the one just trained."""
+        """π from `policy_dir` as the loop's rollouts and evals play it: in-process, or served — through a vLLM
+        server (`backend: openai`; log in serve.log) or by `backend.replicas` Ray actors (agent/replicas.py) — by
+        servers this loop starts for the policy and replaces whenever the policy changes, so the policy that plays
+        is always the one just trained."""
         from agentprm.agent.lm import LMAgent
 
         b = self.cfg.backend
-        if b.backend != "openai":
+        if b.backend != "openai" and b.replicas == 1:
             return LMAgent.load(policy_dir, **kwargs)
+        policy_dir = Path(policy_dir).resolve()
+        if self.serving is None or self.serving[0] != policy_dir:
+            self.stop_serving()
+            self.serving = (policy_dir, self.serve(policy_dir))
+        served = self.serving[1]
+        if b.backend == "openai":
+            return LMAgent.load(policy_dir, backend=dataclasses.replace(b, base_url=served.url), **kwargs)
+        return LMAgent.load(policy_dir, backend=served, **kwargs)
+
+    def serve(self, policy_dir: Path):
+        """A started vLLM server (`backend: openai`) or the Ray replicas (`backend.replicas`) for one policy."""
+        if self.cfg.backend.backend != "openai":
+            from agentprm.agent.replicas import ray_replicas
+
+            return ray_replicas(policy_dir, self.cfg.backend.replicas, self.cfg.rollout.ray_address)
         from agentprm.agent.serving import VLLMServer
 
-        policy_dir = Path(policy_dir).resolve()
-        if self.server is None or self.server.policy != policy_dir:
-            self.stop_server()
-            gpu = self.placement[0].type == "cuda"   # then the server shares the trainer's GPU: 40% of its memory
-            self.server = VLLMServer(policy_dir, log=self.run_dir / "serve.log", device="cuda" if gpu else "cpu",
-                                     dtype="auto" if gpu else "float32",
-                                     extra_args=("--gpu-memory-utilization", "0.4") if gpu else ())
-            self.server.start()
-        return LMAgent.load(policy_dir, backend=dataclasses.replace(b, base_url=self.server.url), **kwargs)
+        gpu = self.placement[0].type == "cuda"   # then the server shares the trainer's GPU: 40% of its memory
+        server = VLLMServer(policy_dir, log=self.run_dir / "serve.log", device="cuda" if gpu else "cpu",
+                            dtype="auto" if gpu else "float32",
+                            extra_args=("--gpu-memory-utilization", "0.4") if gpu else ())
+        server.start()
+        return server
 
-    def stop_server(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+    def stop_serving(self) -> None:
+        if self.serving is not None:
+            self.serving[1].stop()
+            self.serving = None
 
     def rollouts(self, i: int, prev: Path, train_tasks, demos=None) -> Path:
         """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task — with `demos` (expert episodes), an
@@ -230,7 +243,7 @@ class Loop:
             try:
                 return self._run()
             finally:
-                self.stop_server()
+                self.stop_serving()
 
     def _run(self) -> dict:
         from agentprm.agent.lm import LMAgent
