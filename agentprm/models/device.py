@@ -11,9 +11,10 @@ torch is imported only when a placement is resolved, so configs and `--help` sta
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from agentprm.errors import UserError
+from agentprm.ranges import check_section
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -25,9 +26,6 @@ class DeviceConfig:
                                     # float16: the models' parameter dtype
     threads: int = 0                # torch CPU threads (0 = torch's default)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def check_device_config(cfg: DeviceConfig, where: str = "device") -> None:
     """Field values a placement could never accept (before any work; the hardware is checked by `use_device`)."""
@@ -35,8 +33,7 @@ def check_device_config(cfg: DeviceConfig, where: str = "device") -> None:
         raise UserError(f"{where}: field 'device' must be auto, cpu, cuda or cuda:N, got {cfg.device!r}")
     if cfg.dtype not in DTYPES:
         raise UserError(f"{where}: field 'dtype' must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
-    if cfg.threads < 0:
-        raise UserError(f"{where}: field 'threads' must be at least 0, got {cfg.threads}")
+    check_section(cfg, lambda path: f"{where}: field '{path}'")   # threads: agentprm/ranges.py
 
 
 _placement: tuple | None = None    # (torch.device, torch.dtype) of this process, once resolved
