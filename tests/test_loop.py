@@ -77,12 +77,20 @@ def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_
     # any other change, or fewer iterations, is refused with the saved config named
     other = tmp_path / "other.yaml"
     for change in ({"iterations": 1}, {"iterations": 2, "seed": 1},
-                   {"iterations": 2, "policy0": {**cfg["policy0"], "retrain": True}}):
+                   {"iterations": 2, "policy0": {**cfg["policy0"], "retrain": True}},
+                   {"iterations": 2, "eval": {**cfg["eval"], "bon_temperature": 0.3}}):
         other.write_text(yaml.safe_dump({**cfg, **change}))
         assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 2
     # π0 is loaded, not trained, so its SFT settings (a newer version's defaults) do not stop a resume
     other.write_text(yaml.safe_dump({**cfg, "iterations": 2, "policy0": {**cfg["policy0"], "sft": {"steps": 7}}}))
     assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 0
+    # asking for a Best-of-N row a finished run lacks evaluates just that row; nothing trained is redone
+    done = {p.name: p.read_text() for p in (run / ".stages").iterdir()}
+    other.write_text(yaml.safe_dump({**cfg, "iterations": 2, "eval": {**cfg["eval"], "best_of_n": [2]}}))
+    assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 0
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert [(r["policy"], r["best_of_n"]) for r in rows] == [("pi0", 1), ("pi1", 1), ("pi1", 2), ("pi2", 1), ("pi2", 2)]
+    assert all((run / ".stages" / name).read_text() == text for name, text in done.items())
 
 
 def check_run(run: Path, tiny_policy: Path) -> None:

@@ -28,6 +28,10 @@ from agentprm.loop.stages import MARKERS, StageRunner, run_lock
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 
 
+SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand")
+"""Eval settings a resumed run may change: they pick which Best-of-N and beam rows are evaluated."""
+
+
 class Loop:
     def __init__(self, cfg: LoopConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
                  reuse: tuple[Path, set[str]] | None = None):
@@ -48,10 +52,13 @@ class Loop:
             before["rollout"]["max_errors"] = now["rollout"]["max_errors"]
             if not (cfg.policy0.retrain or cfg.algo == "sft"):   # π0 is loaded, not trained: its SFT settings (whose
                 before["policy0"]["sft"] = now["policy0"]["sft"]  # defaults may change between versions) are unused
+            for key in SEARCH_ROWS:   # which test-time search rows to add: each is its own eval stage, named by its
+                before["eval"][key] = now["eval"][key]   # N or width x expand, so rows are added or left out, never stale
             if before != now:
                 raise UserError(f"{saved}: differs from this run's config; resume with the same config "
-                                "(only 'iterations' may grow, to extend the run; 'rollout.max_errors' may change, "
-                                "and 'policy0.sft' where π0 is not trained)")
+                                "(only 'iterations' may grow, to extend the run; 'rollout.max_errors', "
+                                f"{', '.join(f'eval.{k}' for k in SEARCH_ROWS)} may change, and 'policy0.sft' where "
+                                "π0 is not trained)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.run_dir / "config.yaml", dump_config(cfg))
         self.stages = StageRunner(self.run_dir, resume, reuse)
