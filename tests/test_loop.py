@@ -259,13 +259,13 @@ def test_quickstart_yaml_spells_out_the_quickstart_defaults():
 
 def test_compare_yaml_is_the_quickstart_on_216_eval_games():
     """docs/results.md reads compare.yaml's agentprm row as the quickstart evaluated on 216 games (its Best-of-N and
-    beam rows come from the sweep's search rows): only those eval fields may differ from LoopConfig()."""
+    beam rows come from the sweep's search rows): only those fields may differ from LoopConfig()."""
     import dataclasses
 
     from agentprm.loop.config import LoopConfig, load_config
 
     cfg, default = load_config(Path(__file__).parents[1] / "configs" / "compare.yaml"), LoopConfig()
-    assert cfg.tasks.eval == 216 and cfg.eval.best_of_n == []
+    assert cfg.tasks.eval == 216 and cfg.eval.best_of_n == [] and cfg.eval.beam_width == 0
     assert dataclasses.replace(cfg, tasks=default.tasks, eval=default.eval) == default
 
 
