@@ -86,24 +86,44 @@ def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_
     assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 0
     # asking for a Best-of-N row a finished run lacks evaluates just that row; nothing trained is redone
     done = {p.name: p.read_text() for p in (run / ".stages").iterdir()}
-    other.write_text(yaml.safe_dump({**cfg, "iterations": 2, "eval": {**cfg["eval"], "best_of_n": [2]}}))
+    other.write_text(yaml.safe_dump({**cfg, "iterations": 2,
+                                     "eval": {**cfg["eval"], "best_of_n": [2], "critic_control": False}}))
     assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 0
     rows = json.loads((run / "results.json").read_text())["rows"]
     assert [(r["policy"], r["best_of_n"]) for r in rows] == [("pi0", 1), ("pi1", 1), ("pi1", 2), ("pi2", 1), ("pi2", 2)]
     assert all((run / ".stages" / name).read_text() == text for name, text in done.items())
+    # the uniform-critic control of each search: only the control rows are new, each compared with its search
+    other.write_text(yaml.safe_dump({**cfg, "iterations": 2,
+                                     "eval": {**cfg["eval"], "best_of_n": [2], "critic_control": True}}))
+    assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert [(r["policy"], r["best_of_n"], r.get("search", "")) for r in results["rows"]] == [
+        ("pi0", 1, ""), ("pi1", 1, ""), ("pi1", 2, ""), ("pi1", 2, "bon2-uniform"), ("pi2", 1, ""), ("pi2", 2, ""),
+        ("pi2", 2, "bon2-uniform")]
+    assert all((run / ".stages" / name).read_text() == text for name, text in done.items())
+    rate = {row_name(r): r["success_rate"] for r in results["rows"]}
+    comps = {(c["a"], c["b"]): c["delta"] for c in results["comparisons"]}
+    for i in (1, 2):
+        assert comps[f"pi{i}+bon2", f"pi{i}+bon2-uniform"] == pytest.approx(
+            rate[f"pi{i}+bon2"] - rate[f"pi{i}+bon2-uniform"])
+        assert (f"pi{i}+bon2-uniform", f"pi{i}") in comps
+    assert "| pi1 | 1 | BoN-2 (uniform critic) |" in (run / "report.md").read_text()
 
 
 def check_run(run: Path, tiny_policy: Path) -> None:
     results = json.loads((run / "results.json").read_text())
     rows = results["rows"]
     assert [(r["policy"], r["iteration"], r["best_of_n"], r.get("search")) for r in rows] == [
-        ("pi0", 0, 1, None), ("pi1", 1, 1, None), ("pi1", 1, 2, None), ("pi1", 1, 2, "beam2x1")]
+        ("pi0", 0, 1, None), ("pi1", 1, 1, None), ("pi1", 1, 2, None), ("pi1", 1, 2, "beam2x1"),
+        ("pi1", 1, 2, "bon2-uniform"), ("pi1", 1, 2, "beam2x1-uniform")]
     for r in rows:
         assert r["episodes"] == 6 and r["ci95"][0] <= r["success_rate"] <= r["ci95"][1]
     assert results["wall_seconds"] > 0 and results["config"]["rollout"]["per_task"] == 2
     # paired differences of the rows they claim to beat, on the same 6 eval tasks
     comps = {(c["a"], c["b"]): c for c in results["comparisons"]}
-    assert set(comps) == {("pi1", "pi0"), ("pi1+bon2", "pi1"), ("pi1+beam2x1", "pi1"), ("pi1+beam2x1", "pi1+bon2")}
+    assert set(comps) == {("pi1", "pi0"), ("pi1+bon2", "pi1"), ("pi1+beam2x1", "pi1"), ("pi1+beam2x1", "pi1+bon2"),
+                          ("pi1+bon2", "pi1+bon2-uniform"), ("pi1+beam2x1", "pi1+beam2x1-uniform"),
+                          ("pi1+bon2-uniform", "pi1"), ("pi1+beam2x1-uniform", "pi1")}
     for (a, b), c in comps.items():
         ra, rb = (next(r for r in rows if row_name(r) == name) for name in (a, b))
         assert c["delta"] == pytest.approx(ra["success_rate"] - rb["success_rate"]) and c["episodes"] == 6

@@ -115,6 +115,23 @@ def test_a_beam_row_is_compared_with_its_policy_and_with_best_of_n_at_equal_samp
                    ("pi1+beam2x2", "pi1+bon4"): 0.25, ("pi1+beam2x4", "pi1"): 0.75}
 
 
+def test_a_search_is_compared_with_its_uniform_critic_control():
+    from agentprm.eval.paired import search_cell
+
+    beam, control = ({**_row("pi1", 1, 4, wins), "search": s}
+                     for wins, s in (([1, 1, 1, 0], "beam2x2"), ([1, 0, 0, 0], "beam2x2-uniform")))
+    bon_control = {**_row("pi1", 1, 4, [0, 0, 1, 0]), "search": "bon4-uniform"}
+    rows = [_row("pi0", 0, 1, [1, 0, 0, 1]), _row("pi1", 1, 1, [1, 0, 0, 0]), _row("pi1", 1, 4, [1, 1, 0, 0]),
+            beam, bon_control, control]
+    got = {(c["a"], c["b"]): c["delta"] for c in comparisons({0: rows}, resamples=200)}
+    assert got == {("pi1", "pi0"): -0.25, ("pi1+bon4", "pi1"): 0.25, ("pi1+bon4", "pi1+bon4-uniform"): 0.25,
+                   ("pi1+beam2x2", "pi1"): 0.5, ("pi1+beam2x2", "pi1+bon4"): 0.25,
+                   ("pi1+beam2x2", "pi1+beam2x2-uniform"): 0.5,
+                   ("pi1+bon4-uniform", "pi1"): 0.0, ("pi1+beam2x2-uniform", "pi1"): 0.0}
+    assert [search_cell(r) for r in rows[2:]] == ["BoN-4", "beam 2x2", "BoN-4 (uniform critic)",
+                                                  "beam 2x2 (uniform critic)"]
+
+
 def test_sweep_compares_each_variant_with_the_first_on_the_same_tasks():
     from agentprm.loop.sweep import sweep_comparisons
 

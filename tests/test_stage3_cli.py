@@ -101,3 +101,23 @@ def test_zero_row_rollouts_are_a_one_line_error(pieces, tmp_path, capsys):
                  "--out", str(tmp_path / "pi1")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "no states" in err and not (tmp_path / "pi1").exists()
+
+
+def test_eval_with_a_uniform_critic_is_the_seeded_control(pieces, generated_tasks, tmp_path):
+    """`--prm uniform`: the same search with seeded random scores in Q's place; the same seed plays the same games."""
+    from agentprm.agent.lm import LMAgent
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.search import UniformCritic, play_beam
+
+    _, policy, _ = pieces
+    out = tmp_path / "uniform.json"
+    assert main(["eval", "--policy", str(policy), "--tasks", str(generated_tasks.eval), "--max-steps", "3",
+                 "--prm", "uniform", "--beam-width", "2", "--beam-expand", "2", "--temperature", "1", "--seed", "3",
+                 "--workers", "1", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    _, direct = play_beam(load_tasks(generated_tasks.eval), LMAgent.load(policy, temperature=1.0, seed=3),
+                          UniformCritic(3), width=2, expand=2, max_steps=3, seed=3, workers=1)
+    assert got["search"] == "pi0+beam2x2" and got["episodes"] == 6
+    assert got["per_task"] == direct["per_task"] and got["policy_samples"] == direct["policy_samples"]
+    assert got["env_steps"] == direct["env_steps"]
+

@@ -17,7 +17,9 @@ def register(sub) -> None:
     add_policy_args(p, baselines=True)
     add_config_flags(p, EvalConfig, only=("episodes_per_task", "max_steps"))
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, as the loop evaluates (default 0)")
-    p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search")
+    p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search, or "
+                                                "'uniform': seeded random scores, the control that says how much "
+                                                "of a search's gain is the PRM's")
     p.add_argument("--best-of", type=int, default=1, metavar="N", help="Best-of-N with --prm (default 1: off)")
     p.add_argument("--beam-width", type=int, default=0, metavar="K", help="beam search with --prm (default 0: off)")
     p.add_argument("--beam-expand", type=int, default=4, metavar="M", help="samples per beam branch (default 4)")
@@ -37,9 +39,7 @@ def run(args) -> int:
     from agentprm.data.summary import check_env_errors, print_table
 
     if searching:
-        from agentprm.prm.loading import load_prm
-
-        prm = load_prm(args.prm)
+        prm = _critic(args)
         if args.beam_width:
             episodes, summary = _beam(args, agent, prm)
         else:
@@ -54,6 +54,16 @@ def run(args) -> int:
     write_summary(args, summary)
     check_env_errors(episodes, args.max_errors, "", "pass --max-errors {n}")   # after the table and the JSON
     return 0
+
+
+def _critic(args):
+    if args.prm == "uniform":
+        from agentprm.search import UniformCritic
+
+        return UniformCritic(args.seed)
+    from agentprm.prm.loading import load_prm
+
+    return load_prm(args.prm)
 
 
 def _beam(args, agent, prm) -> tuple[list, dict]:

@@ -55,12 +55,22 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
             "tasks": int(sum(len(d) for d in diffs))}
 
 
+CONTROL = "-uniform"
+"""Suffix of a search row's `search` when the search ran with a uniform critic (`eval.critic_control`)."""
+
+
+def control_search(r: dict) -> str:
+    """The `search` value of the uniform-critic control of search row `r` ("bon4-uniform", "beam2x2-uniform")."""
+    return (r.get("search") or f"bon{r['best_of_n']}") + CONTROL
+
+
 def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     """(row, the row it claims to beat) for a loop's rows: π_i vs π_{i-1} and, from i = 2 on, vs π0; every
-    Best-of-N or beam row vs its own greedy policy, and a beam row also vs Best-of-N with as many samples per
-    turn."""
+    Best-of-N or beam row vs its own greedy policy, a beam row also vs Best-of-N with as many samples per turn, and
+    a search with Q_i vs the same search with a uniform critic when that control was played."""
     greedy = {r["iteration"]: r for r in rows if r["best_of_n"] == 1}
     bon = {(r["iteration"], r["best_of_n"]): r for r in rows if r["best_of_n"] > 1 and not r.get("search")}
+    controls = {(r["iteration"], r["search"]): r for r in rows if r.get("search", "").endswith(CONTROL)}
     pairs = []
     for r in rows:
         i = r["iteration"]
@@ -69,20 +79,30 @@ def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
             continue
         if i in greedy:
             pairs.append((r, greedy[i]))
+        if r.get("search", "").endswith(CONTROL):
+            continue
         if r.get("search") and (i, r["best_of_n"]) in bon:
             pairs.append((r, bon[i, r["best_of_n"]]))
+        if (i, control_search(r)) in controls:
+            pairs.append((r, controls[i, control_search(r)]))
     return pairs
 
 
 def search_cell(r: dict) -> str:
-    """How a row acts: "greedy", "BoN-4" or "beam 2x2" (samples per turn for the two searches)."""
-    if r.get("search"):
-        return r["search"].replace("beam", "beam ")
-    return f"BoN-{r['best_of_n']}" if r["best_of_n"] > 1 else "greedy"
+    """How a row acts: "greedy", "BoN-4" or "beam 2x2" (samples per turn for the two searches), with
+    " (uniform critic)" for a control row."""
+    search = r.get("search", "")
+    control = search.endswith(CONTROL)
+    search = search.removesuffix(CONTROL)
+    if search.startswith("beam"):
+        cell = search.replace("beam", "beam ")
+    else:
+        cell = f"BoN-{r['best_of_n']}" if r["best_of_n"] > 1 else "greedy"
+    return cell + (" (uniform critic)" if control else "")
 
 
 def row_name(r: dict) -> str:
-    """"pi1", "pi1+bon4", "pi1+beam2x2": how tables name a row."""
+    """"pi1", "pi1+bon4", "pi1+beam2x2", "pi1+beam2x2-uniform": how tables name a row."""
     if r.get("search"):
         return f"{r['policy']}+{r['search']}"
     return r["policy"] + (f"+bon{r['best_of_n']}" if r["best_of_n"] > 1 else "")

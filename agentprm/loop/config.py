@@ -70,6 +70,8 @@ class EvalConfig:
     bon_temperature: float = 0.7    # sampling temperature of Best-of-N and beam search
     beam_width: int = 2             # beam search with (π_i, Q_i) after each iteration: branches kept (0 = off)
     beam_expand: int = 2            # replies sampled per branch and turn (width·expand samples a turn, as Best-of-4)
+    critic_control: bool = True     # also play every search with a uniform critic, the control that says how much
+                                    # of the search's gain is Q_i's (each search row is compared with its control)
 
 
 @dataclass

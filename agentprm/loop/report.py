@@ -50,7 +50,8 @@ def plot_success(rows: list[dict], path: Path) -> None:
     errorbar_ci(ax, [r["iteration"] for r in greedy], greedy, label="policy π_i (greedy)")
     for label in dict.fromkeys(search_cell(r) for r in rows if r["best_of_n"] > 1):
         searched = [r for r in rows if search_cell(r) == label]
-        errorbar_ci(ax, [r["iteration"] + 0.05 for r in searched], searched, label=f"{label} with Q_i",
+        errorbar_ci(ax, [r["iteration"] + 0.05 for r in searched], searched,
+                    label=label if label.endswith("critic)") else f"{label} with Q_i",
                     linestyle="--")
     ax.set(xlabel="iteration", ylabel="success % (95% CI)", title="Success vs iteration", ylim=(0, 100))
     ax.set_xticks(sorted({r["iteration"] for r in rows}))

@@ -29,7 +29,7 @@ from agentprm.outputs import check_claimable, claim_folder
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 
 
-SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand")
+SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand", "critic_control")
 """Eval settings a resumed run may change: they pick which Best-of-N and beam rows are evaluated."""
 
 
@@ -115,9 +115,11 @@ class Loop:
 
         train_sft(self.demos(train_tasks), out, self.cfg.policy0.sft, seed=self.cfg.seed, progress=self.progress)
 
-    def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1, beam=None) -> dict:
+    def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1, beam=None,
+                 search: str = "") -> dict:
         """The eval stage evals/<name>.json and its results row: `agent()` played greedily (or as Best-of-N), or with
-        `beam` = (width, expand) beam search with the critic `agent()` returns as (generator, critic)."""
+        `beam` = (width, expand) beam search with the critic `agent()` returns as (generator, critic); `search` names
+        the row's search (data/summary.py RESULT_KEY)."""
         from agentprm.rollout.play import play_tasks
         from agentprm.search import play_beam
 
@@ -141,7 +143,7 @@ class Loop:
         summary = json.loads(self.stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
         policy = name.split("_")[0]
         self.rows.append({"policy": policy, "iteration": iteration, "best_of_n": best_of_n,
-                          **({"search": f"beam{beam[0]}x{beam[1]}"} if beam else {}),
+                          **({"search": search} if search else {}),
                           "success_rate": summary["success_rate"], "ci95": summary["ci95"],
                           "episodes": summary["episodes"], "by_type": summary["by_type"],
                           **({"per_task": summary["per_task"]} if "per_task" in summary else {})})
@@ -223,10 +225,11 @@ class Loop:
 
     def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
         """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` and beam search (π_i, Q_i) with
-        `eval.beam_width` × `eval.beam_expand` (when there is a PRM)."""
+        `eval.beam_width` × `eval.beam_expand` (when there is a PRM); with `eval.critic_control` each search again
+        with a uniform critic in Q_i's place."""
         from agentprm.agent.lm import LMAgent
         from agentprm.prm.loading import load_prm
-        from agentprm.search.best_of_n import BestOfNAgent
+        from agentprm.search import BestOfNAgent, UniformCritic
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
         self.evaluate(f"pi{i}", lambda: self.load_agent(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
@@ -237,13 +240,17 @@ class Loop:
             return self.load_agent(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
                                 name=f"pi{i}")
 
-        for n in self.cfg.eval.best_of_n:
-            self.evaluate(f"pi{i}_bon{n}", lambda n=n: BestOfNAgent(sampler(), load_prm(prm_dir), n), eval_tasks, i,
-                          best_of_n=n)
-        w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
-        if w:
-            self.evaluate(f"pi{i}_beam{w}x{e}", lambda: (sampler(), load_prm(prm_dir)), eval_tasks, i,
-                          best_of_n=w * e, beam=(w, e))
+        critics = {"": lambda: load_prm(prm_dir)}
+        if self.cfg.eval.critic_control:
+            critics["_uniform"] = lambda: UniformCritic(seed)
+        for tag, critic in critics.items():
+            for n in self.cfg.eval.best_of_n:
+                self.evaluate(f"pi{i}_bon{n}{tag}", lambda n=n, critic=critic: BestOfNAgent(sampler(), critic(), n),
+                              eval_tasks, i, best_of_n=n, search=f"bon{n}-uniform" if tag else "")
+            w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
+            if w:
+                self.evaluate(f"pi{i}_beam{w}x{e}{tag}", lambda critic=critic: (sampler(), critic()), eval_tasks, i,
+                              best_of_n=w * e, beam=(w, e), search=f"beam{w}x{e}" + ("-uniform" if tag else ""))
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:
