@@ -84,3 +84,25 @@ def test_play_beam_with_an_lm_policy(task):
     episodes, summary = play_beam([task], policy, Walkthrough(task), width=2, expand=2, max_steps=3)
     assert len(episodes) == 1 and summary["episodes"] == 1 and summary["policy_samples"] > 0
     assert episodes[0].policy == "lm+beam2x2" and 1 <= len(episodes[0].steps) <= 3
+
+
+def test_every_shipped_critic_has_the_critic_protocols_signature():
+    """agent/critic.py: search, the updates and the oracle bounds call `score(states, replies)` on any critic."""
+    import importlib.util
+    import inspect
+    from pathlib import Path
+
+    from agentprm.agent.critic import Critic
+    from agentprm.prm.model import ProcessRewardModel
+    from agentprm.prm.prime import ImplicitPRM
+    from agentprm.rollout.oracle import OracleCritic
+    from agentprm.search import UniformCritic
+
+    spec = importlib.util.spec_from_file_location("update_ceiling",
+                                                  Path(__file__).parents[1] / "scripts" / "update_ceiling.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for cls in (ProcessRewardModel, ImplicitPRM, OracleCritic, UniformCritic, script.TableCritic, Walkthrough):
+        assert list(inspect.signature(cls.score).parameters)[:3] == ["self", "states", "replies"], cls
+    assert isinstance(UniformCritic(0), Critic) and not isinstance(Shuffled(), Critic)
+    assert UniformCritic(5).score([None] * 3, ["a", "b", "c"]).shape == (3,)

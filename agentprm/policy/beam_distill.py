@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from agentprm.agent.critic import Critic
 from agentprm.agent.lm import LMAgent
 from agentprm.data.summary import summarize
 from agentprm.data.trajectories import EpisodeRecord
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from agentprm.policy.config import PolicyUpdateConfig
 
 
-def search_episodes(generator, critic, tasks: Sequence, cfg: PolicyUpdateConfig, *, max_steps: int, seed: int,
+def search_episodes(generator, critic: Critic, tasks: Sequence, cfg: PolicyUpdateConfig, *, max_steps: int, seed: int,
                     workers: int = 2) -> tuple[list[EpisodeRecord], dict]:
     """E_i: beam(π_{i-1}, critic) on every train task `cfg.search_per_task` times; `generator` samples π_{i-1}."""
     if not tasks:

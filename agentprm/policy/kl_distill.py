@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 import torch.nn.functional as F
 
+from agentprm.agent.critic import Critic
 from agentprm.agent.encoding import prompt_ids, reply_ids
 from agentprm.agent.format import format_reply
 from agentprm.agent.scoring import _pack, _score_rows, score_candidates
@@ -47,7 +48,7 @@ def tilted_target(ref_logp: torch.Tensor, q: torch.Tensor, chosen: torch.Tensor,
 class KLDistillLoss:
     """`loss_fn(model, states)` for the training core."""
 
-    def __init__(self, tokenizer, prompt_cfg, reference, critic, cfg: PolicyUpdateConfig):
+    def __init__(self, tokenizer, prompt_cfg, reference, critic: Critic, cfg: PolicyUpdateConfig):
         self.tok, self.prompt_cfg, self.reference, self.critic, self.cfg = tokenizer, prompt_cfg, reference, critic, cfg
         self._ids: dict[str, list[int]] = {}
 
@@ -78,7 +79,7 @@ class KLDistillLoss:
                       "argmax_fit": fit}
 
 
-def train_kl_distill(policy, critic, states: Sequence, cfg: PolicyUpdateConfig, seed: int = 0,
+def train_kl_distill(policy, critic: Critic, states: Sequence, cfg: PolicyUpdateConfig, seed: int = 0,
                      progress: bool = True) -> list[dict]:
     """Update `policy.backend.model` (an `LMAgent` in choose mode) in place; the reference is a frozen copy taken
     now (π_{i-1}). Returns the logged metrics."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 import torch.nn.functional as F
 
+from agentprm.agent.critic import Critic
 from agentprm.agent.encoding import prompt_ids, reply_ids
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.scoring import reply_logprobs
@@ -37,7 +38,7 @@ def dpo_loss(pi_w: torch.Tensor, pi_l: torch.Tensor, ref_w: torch.Tensor, ref_l:
 class OnlineDPOLoss:
     """`loss_fn(model, states)` for the training core: sample, rank by the PRM, DPO against the frozen reference."""
 
-    def __init__(self, policy: LMAgent, reference, prm, cfg: PolicyUpdateConfig):
+    def __init__(self, policy: LMAgent, reference, prm: Critic, cfg: PolicyUpdateConfig):
         self.policy, self.reference, self.prm, self.cfg = policy, reference, prm, cfg
 
     def __call__(self, model, states: Sequence) -> tuple[torch.Tensor, dict]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from agentprm.agent.critic import Critic
 from agentprm.policy.config import PolicyUpdateConfig
 
 
-def run_update(policy, critic, states: Sequence, p: PolicyUpdateConfig, seed: int, reference: str,
+def run_update(policy, critic: Critic, states: Sequence, p: PolicyUpdateConfig, seed: int, reference: str,
                progress: bool = True, on_log=None, steer_frac: float = 0.0, tasks: Sequence = (),
                max_steps: int = 30, workers: int = 2) -> tuple[str, dict]:
     """Update `policy` in place by `p.method` (with `p.lora`, its model is first wrapped with LoRA adapters: save it

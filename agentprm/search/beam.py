@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from agentprm.agent.critic import Critic
 from agentprm.agent.format import parse_reply
 from agentprm.agent.state import AgentState
 from agentprm.data.summary import summarize
@@ -58,7 +59,7 @@ class BeamResult:
     env_steps: int = 0
 
 
-def beam_search(task: TaskSpec, generator, prm, pool: EnvPool, *, width: int, expand: int, max_steps: int,
+def beam_search(task: TaskSpec, generator, prm: Critic, pool: EnvPool, *, width: int, expand: int, max_steps: int,
                 episode_id: str = "beam", seed: int = 0) -> BeamResult:
     """One episode of `task`; `pool` needs at least `width` slots (slots 0..width-1 are used)."""
     factory = functools.partial(AlfWorldEnv, task.game, max_steps=max_steps, task_id=task.task_id)
@@ -132,7 +133,7 @@ def _replay(pool: EnvPool, factory, replays: dict[int, Branch], result: BeamResu
                                f"restore the branch (env not deterministic?): {turns[slot].observation[:200]!r}")
 
 
-def play_beam(tasks: Sequence[TaskSpec], generator, prm, *, width: int, expand: int, max_steps: int, seed: int = 0,
+def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, expand: int, max_steps: int, seed: int = 0,
               tag: str = "beam", workers: int = 1, per_task: int = 1) -> tuple[list[EpisodeRecord], dict]:
     """Beam search on every task `per_task` times; episodes and their summary (plus the sample/step counts)."""
     start, results = time.monotonic(), []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from agentprm.agent.critic import Critic
 from agentprm.envs.base import Turn
 
 
@@ -13,7 +14,7 @@ class BestOfNAgent:
 
     needs_expert = False
 
-    def __init__(self, generator, prm, n: int):
+    def __init__(self, generator, prm: Critic, n: int):
         self.generator, self.prm, self.n = generator, prm, n
         self.name = f"{generator.name}+bon{n}"
 
