@@ -129,6 +129,15 @@ def test_cli_rejects_bad_flags_in_one_line(tmp_path, capsys, extra, field):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_request_the_disk_cannot_hold_is_refused_before_work(tmp_path, capsys):
+    """`--num 2000000000` (~200 TB of games) is one line naming the space needed, and nothing is written."""
+    out = tmp_path / "new" / "games"
+    assert main(["tasks", "generate", "--out", str(out), "--split", "train", "--num", "2000000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "2000000000 games need about 200000.0 GB" in err and str(tmp_path) in err
+    assert not out.exists() and [p for p in tmp_path.rglob("*") if not p.is_dir()] == []
+
+
 @pytest.mark.parametrize("force", [[], ["--force"]])
 def test_cli_never_replaces_a_folder_it_did_not_generate(tmp_path, capsys, force):
     """A hand-written tasks.jsonl, and a user's sub-folder named like the game that would be generated, are kept:

@@ -527,6 +527,18 @@ def check_request(split: str, num: int, types: Sequence[str] | None) -> tuple[st
     return types
 
 
+GAME_BYTES = 100_000   # a generated game folder takes ~85 KB (216 games: 18.3 MB); rounded up
+
+
+def check_space(out_dir: Path, num: int) -> None:
+    """Refuse a request the disk cannot hold before any game is written (`--num 2000000000` would fill it)."""
+    where = next(p for p in (out_dir.absolute(), *out_dir.absolute().parents) if p.exists())
+    free, need = shutil.disk_usage(where).free, num * GAME_BYTES
+    if need > free:
+        raise UserError(f"{out_dir}: {num} games need about {need / 1e9:.1f} GB and {where} has {free / 1e9:.1f} GB "
+                        "free; ask for fewer games")
+
+
 def plan_jobs(seed: int, split: str, num: int, types: Sequence[str]) -> list[GameJob]:
     """Round robin over the requested types, so every type gets num/len(types) games (±1)."""
     return [GameJob(seed, split, index, types[index % len(types)]) for index in range(num)]
@@ -538,6 +550,7 @@ def generate(out_dir: str | Path, split: str, num: int, seed: int, types: Sequen
     into `out_dir`: absent, empty, or (with `force`) a task folder agentprm generated and nobody changed since."""
     types = check_request(split, num, types)
     out_dir = Path(out_dir)
+    check_space(out_dir, num)
     if owner_record(out_dir) and (out_dir / MANIFEST).exists() and not force:
         raise UserError(f"{out_dir / MANIFEST} already exists; choose another --out or pass --force to replace the "
                         "folder agentprm generated there")
