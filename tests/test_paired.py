@@ -132,6 +132,22 @@ def test_a_search_is_compared_with_its_uniform_critic_control():
                                                   "beam 2x2 (uniform critic)"]
 
 
+def test_the_printed_table_shows_a_search_against_its_control(capsys, monkeypatch):
+    """The quickstart's table: a search row's "Δ vs" is its uniform-critic control when one was played (the PRM's
+    share of the gain), and a row without a control keeps its first claim."""
+    from agentprm.commands.loop import print_results
+
+    rows = [_row("pi0", 0, 1, [1, 0, 0, 1]), _row("pi1", 1, 1, [1, 0, 0, 0]), _row("pi1", 1, 4, [1, 1, 0, 0]),
+            {**_row("pi1", 1, 4, [1, 1, 1, 0]), "search": "beam2x2"},
+            {**_row("pi1", 1, 4, [1, 0, 0, 0]), "search": "beam2x2-uniform"}]
+    monkeypatch.setenv("COLUMNS", "200")   # one line a row
+    print_results(rows, "t", comparisons({0: rows}, resamples=200))
+    lines = {line.split("│")[2].strip(): line for line in capsys.readouterr().out.splitlines() if line.count("│") > 8}
+    cells = {acts: [c.strip() for c in line.split("│")[5:8]] for acts, line in lines.items()}
+    assert cells["beam 2x2"][1] == "pi1+beam2x2-uniform" and cells["beam 2x2"][2].startswith("+50.0 [")
+    assert cells["BoN-4"][1] == "pi1" and cells["beam 2x2 (uniform critic)"][1] == "pi1"
+
+
 def test_sweep_compares_each_variant_with_the_first_on_the_same_tasks():
     from agentprm.loop.sweep import sweep_comparisons
 

@@ -61,11 +61,14 @@ def run_quickstart(args) -> int:
 def print_results(rows: list[dict], title: str, comparisons: list[dict] = ()) -> None:
     """The rows, each with its paired difference to the row it claims to beat (eval/paired.py); a difference whose
     CI includes 0 is marked as not resolved, so the table never implies an improvement it cannot see."""
-    from agentprm.eval.paired import delta_cell, resolved, row_name, search_cell
+    from agentprm.eval.paired import CONTROL, delta_cell, resolved, row_name, search_cell
 
-    against: dict[str, dict] = {}   # a row's first claim: π_i vs π_{i-1}, a search vs its policy
+    # a row's claim: π_i vs π_{i-1}; a search vs its uniform-critic control (the PRM's share) when that was played,
+    # else vs its policy
+    against: dict[str, dict] = {}
     for c in comparisons:
-        against.setdefault(c["a"], c)
+        if c["b"].endswith(CONTROL) or c["a"] not in against:
+            against[c["a"]] = c
     table = Table(title=escape(title))
     for col in ("policy", "acts by", "success", "95% CI", "eps", "Δ vs", "paired Δ [95% CI]", "≠ 0"):
         table.add_column(col, justify="right", no_wrap=col.startswith("paired"))
