@@ -43,6 +43,7 @@ def test_placement_resolves_auto_and_places_models():
     assert next(place(torch.nn.Linear(2, 2)).parameters()).dtype is torch.bfloat16
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_a_bfloat16_loop_runs_end_to_end_on_the_cpu(tmp_path, generated_tasks, tiny_policy):
     """Every stage (rollouts, PRM, online DPO, Best-of-N, beam) with bfloat16 models: dtypes meet in every loss."""
     cfg = {"seed": 0, "iterations": 1, "device": {"device": "cpu", "dtype": "bfloat16"},
@@ -50,7 +51,7 @@ def test_a_bfloat16_loop_runs_end_to_end_on_the_cpu(tmp_path, generated_tasks, t
            "policy0": {"path": str(tiny_policy)},
            "rollout": {"per_task": 2, "max_steps": 4, "num_envs": 4, "workers": 2},
            "prm": {"epochs": 1}, "policy": {"steps": 2, "batch_size": 4},
-           "eval": {"max_steps": 4, "best_of_n": [2], "beam_expand": 1}}
+           "eval": {"max_steps": 4, "best_of_n": [2], "beam_expand": 1, "critic_control": False}}
     path = tmp_path / "bf16.yaml"
     path.write_text(yaml.safe_dump(cfg))
     run = tmp_path / "run"

@@ -83,6 +83,7 @@ def test_a_tokenizer_without_eos_is_a_one_line_error(hf_folders, tmp_path, capsy
     assert "\n" not in err and "no eos token" in err and str(folder) in err
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 @pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
 def test_the_pipeline_runs_on_other_architectures(arch, hf_folders, generated_tasks, tmp_path):
     from agentprm.agent.encoding import end_of_turn_id, prompt_ids, reply_ids

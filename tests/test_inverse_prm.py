@@ -113,7 +113,7 @@ def mini_inverse_config(tmp_path, generated_tasks, tiny_policy, **over) -> Path:
            "rollout": {"per_task": 2, "max_steps": 4, "num_envs": 4, "workers": 2},
            "inverse_prm": {"epochs": 1, "batch_size": 16}, "policy": {"steps": 2, "batch_size": 4},
            "exploration": {"reset_frac": 0.5, "steer_frac": 0.5},
-           "eval": {"max_steps": 4, "best_of_n": [2], "beam_width": 0}, **over}
+           "eval": {"max_steps": 4, "best_of_n": [2], "beam_width": 0, "critic_control": False}, **over}
     path = tmp_path / "mini.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

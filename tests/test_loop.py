@@ -404,6 +404,7 @@ def test_a_broken_eval_game_fails_its_stage_unless_allowed(tmp_path, generated_t
     assert json.loads((run / "evals" / "pi0.json").read_text())["errors"] == 1
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_resume_torture_killed_runs_finish_equal_to_an_uninterrupted_one(tmp_path, generated_tasks, tiny_policy):
     """Issue 17: SIGKILL the mini loop at seeded random moments, resume each time; the finished run's results and
     π1's weights equal those of a run never interrupted."""
@@ -445,7 +446,7 @@ def loop_in_process_and_served(tmp_path: Path, generated_tasks, tiny_policy, bac
     runs = {}
     for name, section in (("hf", {"backend": "hf"}), ("other", backend or {"backend": "openai"})):
         cfg = mini_config(tmp_path, generated_tasks, tiny_policy, backend=section,
-                          eval={"max_steps": 4, "best_of_n": [2], "beam_width": 0})
+                          eval={"max_steps": 4, "best_of_n": [2], "beam_width": 0, "critic_control": False})
         runs[name] = tmp_path / name
         assert main(["loop", "--config", str(cfg), "--run-dir", str(runs[name])]) == 0
     rows = {b: [(r["policy"], r["best_of_n"], r["per_task"]) for r in json.loads((d / "results.json").read_text())["rows"]]

@@ -136,7 +136,7 @@ def test_prime_mini_loop_uses_the_implicit_prm(tmp_path, generated_tasks):
            "rollout": {"per_task": 2, "max_steps": 3, "num_envs": 4, "workers": 2},
            "prime": {"epochs": 1, "batch_size": 2},
            "policy": {"steps": 2, "batch_size": 2},
-           "eval": {"max_steps": 3, "best_of_n": [2]}}
+           "eval": {"max_steps": 3, "best_of_n": [2], "critic_control": False}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     run = tmp_path / "run"
     assert main(["loop", "--config", str(tmp_path / "c.yaml"), "--run-dir", str(run)]) == 0

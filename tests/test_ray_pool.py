@@ -29,6 +29,7 @@ def rows(episodes):
     return [(e.episode_id, e.error, [(s.action, s.reward, s.won) for s in e.steps]) for e in episodes]
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_ray_actors_play_the_same_episodes_as_local_processes(generated_tasks):
     jobs = episode_jobs(load_tasks(generated_tasks.eval), 1, seed=3, max_steps=4, tag="eval")
     with EnvPool(2, num_slots=4) as local, RayEnvPool(2, num_slots=4) as remote:
@@ -59,6 +60,7 @@ class KillOnce:
         return self.inner.act(states, turns)
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_a_killed_actor_costs_only_its_episodes_replayed_once(generated_tasks):
     jobs = episode_jobs(load_tasks(generated_tasks.train), 1, seed=0, max_steps=8, tag="rollout")
     with RayEnvPool(2, num_slots=4) as pool:

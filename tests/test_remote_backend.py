@@ -174,6 +174,7 @@ def test_a_server_that_dies_while_starting_is_a_one_line_error_with_its_log(tiny
     assert "not a model folder (no config.json)" in capsys.readouterr().err
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_a_loop_with_backend_openai_serves_each_policy_and_equals_the_in_process_loop(tmp_path, generated_tasks,
                                                                                        tiny_policy, monkeypatch):
     """backend: openai — the loop starts a server for π0 (its eval and the iteration's rollouts), then one for π1 (its

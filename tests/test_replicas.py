@@ -110,6 +110,7 @@ def greedy_rollouts(agent, tasks_dir):
     return [[s.action for s in e.steps] for e in run_episodes(jobs, agent, progress=False, num_envs=4, num_workers=1)]
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_ray_replicas_play_the_same_rollouts_and_survive_a_killed_actor(local_ray, tiny_policy, generated_tasks,
                                                                         first_turns):
     agent = LMAgent.load(tiny_policy, backend=BackendConfig(replicas=2), mode="choose")
@@ -127,6 +128,7 @@ def test_ray_replicas_play_the_same_rollouts_and_survive_a_killed_actor(local_ra
     replicas.stop()
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_a_loop_with_ray_replicas_equals_the_in_process_loop(local_ray, tmp_path, generated_tasks, tiny_policy):
     from test_loop import loop_in_process_and_served
 

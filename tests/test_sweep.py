@@ -68,6 +68,7 @@ def test_shipped_sweeps_load(sweep):
     assert len(load_variants(sweep)) >= 1
 
 
+@pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_sweep_script_runs_variants_search_and_paired_claims(tmp_path, generated_tasks, tiny_policy):
     """scripts/sweep.py on a miniature: two variants sharing their first stages, a baseline, Best-of-2 vs beam 1x2;
     a second call with --resume rebuilds the same tables from the finished runs."""
