@@ -120,4 +120,3 @@ def test_eval_with_a_uniform_critic_is_the_seeded_control(pieces, generated_task
     assert got["search"] == "pi0+beam2x2" and got["episodes"] == 6
     assert got["per_task"] == direct["per_task"] and got["policy_samples"] == direct["policy_samples"]
     assert got["env_steps"] == direct["env_steps"]
-

@@ -228,6 +228,7 @@ class Loop:
         `eval.beam_width` × `eval.beam_expand` (when there is a PRM); with `eval.critic_control` each search again
         with a uniform critic in Q_i's place."""
         from agentprm.agent.lm import LMAgent
+        from agentprm.eval.paired import CONTROL
         from agentprm.prm.loading import load_prm
         from agentprm.search import BestOfNAgent, UniformCritic
 
@@ -240,17 +241,18 @@ class Loop:
             return self.load_agent(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
                                 name=f"pi{i}")
 
-        critics = {"": lambda: load_prm(prm_dir)}
+        critics = {"": lambda: load_prm(prm_dir)}     # row suffix -> the critic; "" is Q_i
         if self.cfg.eval.critic_control:
-            critics["_uniform"] = lambda: UniformCritic(seed)
-        for tag, critic in critics.items():
+            critics[CONTROL] = lambda: UniformCritic(seed)
+        w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
+        for suffix, critic in critics.items():
+            stage = suffix.replace("-", "_")
             for n in self.cfg.eval.best_of_n:
-                self.evaluate(f"pi{i}_bon{n}{tag}", lambda n=n, critic=critic: BestOfNAgent(sampler(), critic(), n),
-                              eval_tasks, i, best_of_n=n, search=f"bon{n}-uniform" if tag else "")
-            w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
+                self.evaluate(f"pi{i}_bon{n}{stage}", lambda n=n, critic=critic: BestOfNAgent(sampler(), critic(), n),
+                              eval_tasks, i, best_of_n=n, search=f"bon{n}{suffix}" if suffix else "")
             if w:
-                self.evaluate(f"pi{i}_beam{w}x{e}{tag}", lambda critic=critic: (sampler(), critic()), eval_tasks, i,
-                              best_of_n=w * e, beam=(w, e), search=f"beam{w}x{e}" + ("-uniform" if tag else ""))
+                self.evaluate(f"pi{i}_beam{w}x{e}{stage}", lambda critic=critic: (sampler(), critic()), eval_tasks, i,
+                              best_of_n=w * e, beam=(w, e), search=f"beam{w}x{e}{suffix}")
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:
