@@ -18,8 +18,17 @@ ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, err
 COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve"]
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's own errors (a missing argument, `--seed abc`) as one line with exit code 2, like every other refusal:
+    argparse prints the whole usage first, a dozen lines a script's log cannot tell from output. Sub-command parsers
+    inherit the class (`add_subparsers` builds its parsers with the parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentprm", description="Process reward models for multi-turn LLM agents "
+    parser = OneLineErrors(prog="agentprm", description="Process reward models for multi-turn LLM agents "
                                      "(AgentPRM, arXiv 2502.10325) on ALFWorld.")
     parser.add_argument("--version", action="version", version=f"agentprm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -47,7 +47,10 @@ def atomic_leftovers(path: str | os.PathLike) -> list[Path]:
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """A text file the project reads (configs, manifests, agentprm.json): a one-line error if it is not UTF-8."""
+    """A text file the project reads (configs, manifests, agentprm.json): a one-line error if it is not UTF-8, or not a
+    regular file (a FIFO or a device would block the read or never end it)."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise UserError(f"{path}: not a regular file")
     try:
         return Path(path).read_text()
     except UnicodeDecodeError as e:

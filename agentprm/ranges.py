@@ -31,6 +31,7 @@ class Range(NamedTuple):
 
 
 AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
+PORT = Range(0, 65535)      # 0: a free one
 SEED = Range(0, 2**31 - 1)   # a stage adds small offsets (seed + i, seed + 1000) and numpy takes < 2**32
 THREADS = Range(0, 1024)     # torch segfaulted at 100000
 UNIT, UNIT_HALF_OPEN, CORRELATION = Range(0, 1), Range(0, 1, high_open=True), Range(-1, 1)
@@ -40,7 +41,8 @@ _BY_NAME = {
                  "max_steps", "num_envs", "workers", "branch_probe", "continuation_states", "continuation_candidates",
                  "samples_per_state", "search_width", "search_expand", "search_per_task", "episodes_per_task",
                  "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size", "concurrency",
-                 "replicas", "best_of", "num"),
+                 "replicas", "best_of", "num", "max_model_len"),
+    PORT: ("port",),
     SEED: ("seed",),
     THREADS: ("threads",),
     AT_LEAST_0: ("time_budget_s", "time_budget", "history_turns", "renumber_copies", "checkpoint_every", "r", "branches",

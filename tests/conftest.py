@@ -12,13 +12,32 @@ Load them with `agentprm.envs.alfworld.tasks.load_tasks(generated_tasks.train)` 
 
 `first_turns` (session): (task, the first Turn of its game, the Turn after "look") for the first train game.
 `tiny_policy` (session): folder of an untrained `tiny` policy (seed 0), as `agentprm sft` would save it.
+`tree(root)`: every path under root with its type and content digest — "the user's files are unchanged" is
+`tree(root) == before` (tests/test_outputs.py, tests/test_battery.py).
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every path under `root` (hidden ones too) -> its type and content digest: what 'unchanged' means here."""
+    found = {}
+    for path in sorted([root, *root.rglob("*")]):
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode):
+            found[str(path)] = "file " + hashlib.sha256(path.read_bytes()).hexdigest() + f" {st.st_mtime_ns}"
+        elif stat.S_ISLNK(st.st_mode):
+            found[str(path)] = "link " + os.readlink(path)
+        else:
+            found[str(path)] = stat.filemode(st.st_mode)[0]
+    return found
 
 
 @dataclass(frozen=True)

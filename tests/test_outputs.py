@@ -5,11 +5,9 @@ Each case runs the real CLI and compares a checksum of the user's tree before an
 with one line and changes nothing."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,20 +17,7 @@ import pytest
 from agentprm.cli import main
 from agentprm.errors import UserError
 from agentprm.outputs import OWNER_FILE, atomic_dir, check_replaceable, claim_folder, lock_beside
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every path under `root` (hidden ones too) -> its type and content digest: what 'unchanged' means here."""
-    found = {}
-    for path in sorted([root, *root.rglob("*")]):
-        st = path.lstat()
-        if stat.S_ISREG(st.st_mode):
-            found[str(path)] = "file " + hashlib.sha256(path.read_bytes()).hexdigest() + f" {st.st_mtime_ns}"
-        elif stat.S_ISLNK(st.st_mode):
-            found[str(path)] = "link " + os.readlink(path)
-        else:
-            found[str(path)] = stat.filemode(st.st_mode)[0]
-    return found
+from conftest import tree
 
 
 def refused(argv: list[str], capsys, message: str) -> str:

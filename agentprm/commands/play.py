@@ -21,8 +21,6 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_steps < 1:
-        raise UserError(f"--max-steps must be at least 1 (got {args.max_steps})")
     from agentprm.envs.alfworld.engine import AlfWorldEnv
 
     env = None

@@ -28,7 +28,6 @@ def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None
 
 def make_agent(args: argparse.Namespace):
     """The agent `--policy` names; also where this command's env workers will run (--pool), before any is started."""
-    require(args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})")   # eval's own flag
     configure_pool(args.pool, args.ray_address)
     from agentprm.agent.policies import ExpertAgent, RandomAgent
 

@@ -24,10 +24,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from agentprm.agent.serving import VLLMServer
-    from agentprm.errors import require
 
-    require(0 <= args.port < 65536, f"--port must be in [0, 65535], got {args.port}")
-    require(args.max_model_len >= 1, f"--max-model-len must be >= 1, got {args.max_model_len}")
     log = Path(args.log or "serve.log")
     server = VLLMServer(args.policy, python=args.vllm_python, host=args.host, port=args.port, log=log,
                         device=args.device, dtype=args.dtype, max_model_len=args.max_model_len)

@@ -28,7 +28,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     require(args.epochs > 0 or args.steps >= 1, f"--steps must be at least 1 with --epochs 0 (got {args.steps})")
-    require(args.history_turns >= 0, f"--history-turns must be >= 0 (got {args.history_turns})")
     from agentprm.policy.sft import train_sft
 
     cfg = config_from_args(SFTConfig, args, prompt=PromptConfig(show_admissible=args.show_admissible,

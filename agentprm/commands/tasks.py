@@ -47,10 +47,6 @@ def check_flags(args: argparse.Namespace) -> None:
     """One-line errors naming the flag, before any work starts."""
     if args.split not in ("train", "eval"):
         raise UserError(f"--split must be train or eval, not {args.split!r}")
-    if args.num < 1:
-        raise UserError(f"--num must be at least 1 (got {args.num})")
-    if args.workers < 1:
-        raise UserError(f"--workers must be at least 1 (got {args.workers})")
     unknown = [t for t in args.types or () if t not in TASK_TYPES]
     if unknown:
         raise UserError(f"--types: unknown task type {unknown[0]!r}; known: {', '.join(TASK_TYPES)}")

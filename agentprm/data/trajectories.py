@@ -233,10 +233,13 @@ def shard_files(path: str | Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise UserError(f"{path}: no such trajectory file or folder")
+        raise UserError(f"{path}: {'not a regular file or folder' if path.exists() else 'no such trajectory file or folder'}")
     files = sorted(path.glob("*.parquet"))
     if not files:
         raise UserError(f"{path}: no .parquet trajectory shards in this folder")
+    odd = next((f for f in files if not f.is_file()), None)
+    if odd is not None:   # a FIFO would block the reader
+        raise UserError(f"{odd}: not a regular file")
     return files
 
 

@@ -13,6 +13,7 @@ GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
 _TASK_RE = re.compile(r"Your task is to: (.*)$", re.S)
 GAME_FIELDS = ("pddl_domain", "grammar", "pddl_problem")
+MAX_GAME_BYTES = 64 * 2**20
 
 
 def game_file_of(path: str | Path) -> Path:
@@ -21,6 +22,7 @@ def game_file_of(path: str | Path) -> Path:
     game = path / GAME_FILE if path.is_dir() else path
     if not game.exists():
         raise UserError(f"{game}: no such game file (a game folder holds {GAME_FILE} and {TRAJ_FILE})")
+    _check_readable(game)
     try:
         data = json.loads(game.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -31,10 +33,21 @@ def game_file_of(path: str | Path) -> Path:
     return game
 
 
+def _check_readable(path: Path) -> None:
+    """A game's files are read whole: a FIFO or a device (`--game /dev/zero`) would block or never end, and a file far
+    larger than any game (ours are ~100 KB) is not one."""
+    if not path.is_file():
+        raise UserError(f"{path}: not a regular file")
+    if path.stat().st_size > MAX_GAME_BYTES:
+        raise UserError(f"{path}: {path.stat().st_size / 2**20:.0f} MiB, larger than any game "
+                        f"(the limit is {MAX_GAME_BYTES // 2**20} MiB)")
+
+
 def read_traj_data(game: Path) -> dict:
     traj = game.parent / TRAJ_FILE
     if not traj.exists():
         raise UserError(f"{traj}: missing (needed for the task type and the expert)")
+    _check_readable(traj)
     try:
         data = json.loads(traj.read_text())
     except json.JSONDecodeError as e:
