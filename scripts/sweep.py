@@ -3,7 +3,7 @@ runner behind the paper table, the method comparison and the ablations of docs/r
 configs/sweeps/; agentprm/loop/sweep.py has the format).
 
     python scripts/sweep.py --config configs/sweeps/agentprm-cpu.yaml --seeds 0 1 2 --out runs/cmp
-    python scripts/sweep.py --config configs/quickstart.yaml --seeds 0 1 2 --out runs/quickstart-seeds --paper
+    python scripts/sweep.py --config configs/default-budget.yaml --seeds 0 1 2 --out runs/default-seeds --paper
 
 Each variant/seed is an ordinary resumable loop run under <out>/<variant>/seed<k>/ (a plain loop config: under
 <out>/seed<k>/); a stage a variant does exactly as an earlier one is copied from it (same tasks, π0, its eval, π0's

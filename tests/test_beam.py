@@ -86,7 +86,47 @@ def test_play_beam_with_an_lm_policy(task):
     assert episodes[0].policy == "lm+beam2x2" and 1 <= len(episodes[0].steps) <= 3
 
 
-def test_every_shipped_critic_has_the_critic_protocols_signature():
+def test_lanes_play_the_same_episodes_as_one_lane(generated_tasks):
+    """Each search episode samples from its own seeded stream (LMAgent.fork), so playing two at once in threads
+    changes nothing but the wall time; the seed does change the episodes."""
+    from agentprm.agent.lm import LMAgent
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model
+    from agentprm.search import UniformCritic
+
+    tok = build_tokenizer()
+    policy = LMAgent(build_model("tiny", tok, seed=0), tok, temperature=1.0, seed=0)
+    tasks = load_tasks(generated_tasks.eval)[:3]
+
+    def actions(lanes, seed=7):
+        episodes, summary = play_beam(tasks, policy, UniformCritic(1), width=2, expand=2, max_steps=4, seed=seed,
+                                      per_task=2, workers=lanes)
+        assert [e.episode_id for e in episodes] == [f"beam-s{seed}-{t.task_id}-{k}" for t in tasks for k in (0, 1)]
+        return [[s.action for s in e.steps] for e in episodes], summary["env_steps"]
+
+    one = actions(1)
+    assert actions(2) == one and actions(1, seed=8) != one
+
+
+def test_a_forked_agent_samples_its_own_seeded_stream(task):
+    from agentprm.agent.lm import LMAgent
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model
+
+    tok = build_tokenizer()
+    policy = LMAgent(build_model("tiny", tok, seed=0), tok, temperature=5.0, seed=0)
+    env = AlfWorldEnv(task.game)
+    turn = env.reset()
+    env.close()
+    state = AgentState.start(turn, task.task_id)
+    draw = lambda agent: agent.sample([state] * 8, [turn] * 8, 3)
+    a, b = policy.fork(11), policy.fork(11)
+    assert draw(a) == draw(b) and draw(a) == draw(b)       # same seed, same stream
+    assert draw(policy.fork(12)) != draw(policy.fork(11))
+    assert a.backend is policy.backend                     # the model is shared, not copied
+
+
+def test_every_shipped_critic_has_the_critic_protocols_signature(task):
     """agent/critic.py: search, the updates and the oracle bounds call `score(states, replies)` on any critic."""
     import importlib.util
     import inspect
@@ -105,4 +145,27 @@ def test_every_shipped_critic_has_the_critic_protocols_signature():
     for cls in (ProcessRewardModel, ImplicitPRM, OracleCritic, UniformCritic, script.TableCritic, Walkthrough):
         assert list(inspect.signature(cls.score).parameters)[:3] == ["self", "states", "replies"], cls
     assert isinstance(UniformCritic(0), Critic) and not isinstance(Shuffled(), Critic)
-    assert UniformCritic(5).score([None] * 3, ["a", "b", "c"]).shape == (3,)
+    env = AlfWorldEnv(task.game)
+    start = AgentState.start(env.reset(), task.task_id)
+    env.close()
+    assert UniformCritic(5).score([start] * 3, ["a", "b", "c"]).shape == (3,)
+
+
+def test_an_error_in_one_lane_stops_the_others(generated_tasks):
+    """A failing episode ends the search with its error; the other lane does not play the rest of the queue."""
+    class Failing:
+        name, calls = "failing", 0
+
+        def fork(self, seed):
+            return self
+
+        def sample(self, states, turns, n):
+            Failing.calls += 1
+            if Failing.calls == 3:
+                raise RuntimeError("backend died")
+            return [list(s.admissible)[:n] for s in states]
+
+    tasks = load_tasks(generated_tasks.eval)
+    with pytest.raises(RuntimeError, match="backend died"):
+        play_beam(tasks * 20, Failing(), Walkthrough(tasks[0]), width=2, expand=2, max_steps=3, workers=2)
+    assert Failing.calls < 3 * 10   # 120 episodes of up to 3 turns were queued

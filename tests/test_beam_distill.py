@@ -59,12 +59,25 @@ def test_nothing_won_is_refused_with_won_only(generated_tasks, tiny_policy):
                    tasks=tasks, max_steps=2, workers=1)
 
 
-def test_uniform_critic_is_seeded_and_checks_lengths():
-    a, b = UniformCritic(3).score([None] * 5, ["x"] * 5), UniformCritic(3).score([None] * 5, ["x"] * 5)
-    assert torch.equal(a, b) and not torch.equal(a, UniformCritic(4).score([None] * 5, ["x"] * 5))
-    assert ((a >= 0) & (a < 1)).all()
+class _Keyed:
+    def __init__(self, key: str):
+        self._key = key
+
+    def key(self) -> str:
+        return self._key
+
+
+def test_uniform_critic_is_a_seeded_hash_of_the_pair_and_checks_lengths():
+    states, replies = [_Keyed(f"s{k % 2}") for k in range(6)], [f"a{k // 2}" for k in range(6)]
+    a = UniformCritic(3).score(states, replies)
+    assert torch.equal(a, UniformCritic(3).score(states, replies)) and a.dtype == torch.float32
+    assert not torch.equal(a, UniformCritic(4).score(states, replies))
+    assert len(set(a.tolist())) == 6 and ((a >= 0) & (a < 1)).all()          # six distinct pairs
+    # the same pair scores the same whenever and wherever it is asked: call order does not matter
+    assert torch.equal(UniformCritic(3).score(states[::-1], replies[::-1]), a.flip(0))
+    assert UniformCritic(3).score([_Keyed("s0")], ["a0"]).item() == a[0].item()
     with pytest.raises(ValueError):
-        UniformCritic(0).score([None], ["x", "y"])
+        UniformCritic(0).score([_Keyed("s")], ["x", "y"])
 
 
 def _first_states(tasks):

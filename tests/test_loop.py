@@ -271,11 +271,19 @@ def test_shipped_configs_load(config):
     assert get_algorithm(cfg.algo) and cfg.iterations >= 1
 
 
-def test_quickstart_yaml_spells_out_the_quickstart_defaults():
-    """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to LoopConfig()."""
-    from agentprm.loop.config import LoopConfig, load_config
+def test_quickstart_yaml_spells_out_the_quickstart():
+    """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to what
+    `agentprm quickstart` runs — LoopConfig's defaults but for the train/eval task counts and Best-of-N."""
+    import dataclasses
 
-    assert load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml") == LoopConfig()
+    from agentprm.loop.config import LoopConfig, load_config, quickstart_config
+
+    cfg = load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml")
+    assert cfg == quickstart_config() and (cfg.tasks.train, cfg.tasks.eval, cfg.eval.best_of_n) == (48, 216, [])
+    assert cfg.eval.beam_width == 2 and cfg.eval.critic_control
+    default = LoopConfig()
+    assert dataclasses.replace(cfg, tasks=default.tasks, eval=dataclasses.replace(cfg.eval, best_of_n=[4])) == default
+    assert quickstart_config(seed=3).seed == 3 and LoopConfig().tasks.train == 24   # the defaults are not touched
 
 
 def test_compare_yaml_is_the_quickstart_on_216_eval_games():

@@ -17,6 +17,7 @@ two methods.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import random
 from pathlib import Path
@@ -153,6 +154,14 @@ class LMAgent:
             model, tokenizer = load_causal_lm(folder), load_tokenizer(folder)
         overrides.setdefault("name", folder.resolve().name)
         return cls(model, tokenizer, PromptConfig.load(folder), **overrides)
+
+    def fork(self, seed: int) -> LMAgent:
+        """This agent with a sampling stream of its own, seeded with `seed`, sharing the model: episodes played
+        concurrently each draw from their own stream, so what they sample does not depend on how their turns
+        interleave (search/beam.py)."""
+        twin = copy.copy(self)
+        twin._rng = random.Random(seed)
+        return twin
 
     def act(self, states: Sequence[AgentState], turns: Sequence[Turn]) -> list[str]:
         return [replies[0] for replies in self.sample(states, turns, 1)]

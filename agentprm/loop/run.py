@@ -130,7 +130,7 @@ class Loop:
                 (width, expand), (gen, critic) = beam, agent()
                 episodes, summary = play_beam(eval_tasks, gen, critic, width=width, expand=expand,
                                               max_steps=c.max_steps, seed=seed,
-                                              workers=min(2, self.cfg.rollout.workers or 2),
+                                              workers=self.cfg.rollout.workers or os.cpu_count() or 1,
                                               per_task=c.episodes_per_task)
             else:
                 episodes, summary = play_tasks(agent(), eval_tasks, per_task=c.episodes_per_task, seed=seed,

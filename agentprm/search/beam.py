@@ -21,8 +21,11 @@ included) for that bookkeeping.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
+import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -135,17 +138,48 @@ def _replay(pool: EnvPool, factory, replays: dict[int, Branch], result: BeamResu
 
 def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, expand: int, max_steps: int, seed: int = 0,
               tag: str = "beam", workers: int = 1, per_task: int = 1) -> tuple[list[EpisodeRecord], dict]:
-    """Beam search on every task `per_task` times; episodes and their summary (plus the sample/step counts)."""
-    start, results = time.monotonic(), []
-    with open_pool(min(workers, width), num_slots=width) as pool:
-        for task in tasks:
-            for k in range(per_task):
-                results.append(beam_search(task, generator, prm, pool, width=width, expand=expand,
-                                           max_steps=max_steps, episode_id=f"{tag}-s{seed}-{task.task_id}-{k}",
-                                           seed=seed))
+    """Beam search on every task `per_task` times; episodes and their summary (plus the sample/step counts).
+
+    `workers` episodes are played at once, each in a thread with an env worker process of its own, so one
+    episode's model forwards run while another waits for its envs (torch and the env pipes release the GIL):
+    216 games with Q1 in 131 s instead of 203 s on 2 cores. Every episode samples from its own stream
+    (`generator.fork`, seeded by `seed`, the task and the repeat), so the results do not depend on `workers` or on
+    timing — and two searches with the same seed draw the same first candidates (common random numbers for a
+    paired comparison such as Q vs the uniform control)."""
+    start = time.monotonic()
+    jobs = list(enumerate((task, k) for task in tasks for k in range(per_task)))
+    results: list[BeamResult | None] = [None] * len(jobs)
+    queue, lock, stop = iter(jobs), threading.Lock(), threading.Event()
+
+    def lane() -> None:
+        with open_pool(1, num_slots=width) as pool:
+            while not stop.is_set():
+                with lock:
+                    job = next(queue, None)
+                if job is None:
+                    return
+                i, (task, k) = job
+                results[i] = beam_search(task, generator.fork(episode_seed(seed, task.task_id, k)), prm, pool,
+                                         width=width, expand=expand, max_steps=max_steps,
+                                         episode_id=f"{tag}-s{seed}-{task.task_id}-{k}", seed=seed)
+
+    lanes = max(1, min(workers, len(jobs)))
+    with ThreadPoolExecutor(lanes) as threads:
+        futures = [threads.submit(lane) for _ in range(lanes)]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:   # an error or Ctrl-C: the other lanes stop after their current episode instead of playing on
+            stop.set()
+        for future in futures:
+            future.result()
     episodes = [r.episode for r in results]
     summary = summarize(episodes)
     for key in ("policy_samples", "prm_scores", "env_steps"):
         summary[key] = sum(getattr(r, key) for r in results)
     summary["seconds"] = round(time.monotonic() - start, 1)
     return episodes, summary
+
+
+def episode_seed(seed: int, task_id: str, repeat: int) -> int:
+    """The sampling seed of one search episode: a function of the run's seed, the task and the repeat only."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}\0{task_id}\0{repeat}".encode(), digest_size=8).digest(), "little")
