@@ -219,8 +219,26 @@ def _alive(pid: int) -> bool:
 @contextmanager
 def hold_lock(lock: Path, what: str | os.PathLike) -> Iterator[None]:
     """One writer for `what`: the lock file records the holder's pid and host; a second process is refused with a
-    one-line error while the holder lives, and a lock whose process is gone (killed with -9) is taken over."""
+    one-line error while the holder lives, and a lock whose process is gone (killed with -9) is taken over. Folders
+    made to hold the lock (an output's missing parents) are removed again if they are still empty at the end: a
+    refused or failed command leaves no trace."""
+    made = [p for p in (lock.parent, *lock.parent.parents) if not p.exists()]   # deepest first
     lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _take(lock, what)
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+    finally:
+        for folder in made:
+            try:
+                folder.rmdir()   # only while empty: an output written there keeps it
+            except OSError:
+                break
+
+
+def _take(lock: Path, what: str | os.PathLike) -> None:
     me = {"pid": os.getpid(), "host": socket.gethostname()}
     for _ in range(2):
         try:
@@ -239,13 +257,8 @@ def hold_lock(lock: Path, what: str | os.PathLike) -> Iterator[None]:
             continue
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
-        break
-    else:
-        raise UserError(f"{what}: could not take the lock {lock}")
-    try:
-        yield
-    finally:
-        lock.unlink(missing_ok=True)
+        return
+    raise UserError(f"{what}: could not take the lock {lock}")
 
 
 def lock_beside(path: Path) -> Path:

@@ -252,6 +252,19 @@ INPUT_CASES = [
     ["rollout", "--policy", "garbage.json", "--tasks", "tasks", "--out", "r"],
     ["serve", "--policy", "data"], ["serve", "--policy", "fifo"], ["serve", "--policy", "missing"],
 ]
+# a missing parent folder of the output is made for the output's lock: a refused command must not leave it behind
+INPUT_CASES += [
+    ["sft", "--demos", "garbage.parquet", "--out", "new/a/pi"],
+    ["targets", "mc", "--rollouts", "garbage.parquet", "--out", "new/b/t.parquet"],
+    ["targets", "pairs", "--targets", "garbage.parquet", "--out", "new/c/p.parquet"],
+    ["eval", "--policy", "random", "--tasks", "fifo_tasks", "--json", "new/d/x.json"],
+    ["rollout", "--policy", "random", "--tasks", "fifo_tasks", "--out", "new/e/r"],
+    ["demos", "--tasks", "fifo_tasks", "--out", "new/f/d.parquet"],
+    ["train-prm", "--targets", "garbage.parquet", "--init", "tiny", "--out", "new/g/prm"],
+    ["train-policy", "--policy", "data", "--prm", "data", "--rollouts", "data", "--out", "new/h/pi1"],
+    ["tasks", "generate", "--split", "test", "--num", "1", "--out", "new/i/games"],
+    ["loop", "--config", "garbage.json", "--run-dir", "new/j/run"],
+]
 CONFIGS = {
     "repeated key": "seed: 1\nseed: 2\n", "alias": "a: &x {train: 3}\ntasks: *x\n", "a list": "- 1\n- 2\n",
     "a string": "just words\n", "unknown field": "algo: agentprm\ncolour: blue\n", "unknown section field":
@@ -277,6 +290,36 @@ def test_a_loop_config_that_is_not_what_it_claims(user, capsys, name):
     assert "bad.yaml" in line
 
 
+# ------------------------------------------------------------------ model folders (the bundled π0, spoiled one way each)
+MODEL_SPOILS = {
+    "template escapes the sandbox": ("chat_template.jinja", "{{ ''.__class__.__mro__[1].__subclasses__() }}"),
+    "template loops too far": ("chat_template.jinja", "{% for x in range(10**9) %}{{ x }}{% endfor %}"),
+    "template raises": ("chat_template.jinja", "{{ raise_exception('no system role') }}"),
+    "template does not parse": ("chat_template.jinja", "{% for %}"),
+    "config is not JSON": ("config.json", "{not json"),
+    "config names an unknown architecture": ("config.json", '{"model_type": "no-such-model"}'),
+    "weights are garbage": ("model.safetensors", "garbage"),
+    "tokenizer is garbage": ("tokenizer.json", "{not json"),
+    "agentprm.json is garbage": ("agentprm.json", "{not json"),
+    "an adapter whose base is itself": ("adapter_config.json",
+                                        '{"peft_type": "LORA", "base_model_name_or_path": ".", "r": 2}'),
+}
+
+
+@pytest.mark.parametrize("spoil", list(MODEL_SPOILS))
+def test_a_spoiled_model_folder(user, capsys, generated_tasks, spoil):
+    import shutil
+
+    from agentprm.loop.run import DEFAULT_POLICY
+
+    name, text = MODEL_SPOILS[spoil]
+    shutil.copytree(DEFAULT_POLICY, user / "pi")
+    (user / "pi" / name).write_text(text)
+    line = refused(["eval", "--policy", "pi", "--tasks", str(generated_tasks.eval), "--max-steps", "2"], user, capsys)
+    assert "pi" in line
+
+
 def test_the_battery_has_at_least_300_cases():
-    cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(CONFIGS))
+    cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(CONFIGS)
+             + len(MODEL_SPOILS))
     assert cases >= 300, cases

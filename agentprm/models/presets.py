@@ -137,6 +137,7 @@ FALLBACK_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
+_PROBE = [{"role": "system", "content": "rules"}, {"role": "user", "content": "a room"}]   # the roles prompts use
 NOTES: list[str] = []   # what prepare_tokenizer changed, once per folder: commands put them in their --json summary
 
 
@@ -153,6 +154,13 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, source: str | Path) ->
     if not tokenizer.chat_template:
         tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
         changes.append("no chat template: using agentprm's plain-text one (models/presets.py FALLBACK_CHAT_TEMPLATE)")
+    try:   # the template is the folder's code-like data: a sandbox refusal or a bad loop is its error, said up front
+        tokenizer.apply_chat_template(_PROBE, add_generation_prompt=True, tokenize=False)
+        tokenizer.apply_chat_template(_PROBE + [{"role": "assistant", "content": "look"}], tokenize=False)
+    except Exception as e:   # jinja2's TemplateError/SecurityError, the sandbox's OverflowError, a raise_exception
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise UserError(f"{source}: the tokenizer's chat template cannot render a conversation "
+                        f"({type(e).__name__}: {first})") from None
     for change in changes:
         note = f"{source}: tokenizer has {change}"
         if note not in NOTES:
