@@ -319,7 +319,35 @@ def test_a_spoiled_model_folder(user, capsys, generated_tasks, spoil):
     assert "pi" in line
 
 
+# ------------------------------------------------------------------ official-layout task folders with odd content
+GAME = '{"pddl_domain": "d", "grammar": "g", "pddl_problem": "p", "solvable": true}'
+OFFICIAL_SPOILS = {   # (traj_data.json, game.tw-pddl) of the one trial; None: a FIFO
+    "traj_data is a list": ("[1, 2]", GAME),
+    "game is a list": ('{"task_type": "pick_and_place_simple"}', "[1]"),
+    "traj_data is not JSON": ("{oops", GAME),
+    "game is not JSON": ('{"task_type": "pick_and_place_simple"}', "{oops"),
+    "scene is a string": ('{"task_type": "pick_and_place_simple", "scene": "kitchen"}', GAME),
+    "floor plan has no number": ('{"task_type": "pick_and_place_simple", "scene": {"floor_plan": "--"}}', GAME),
+    "traj_data is not UTF-8": (b'{"task_type": "\xff"}', GAME),
+    "game is a FIFO": ('{"task_type": "pick_and_place_simple"}', None),
+    "traj_data is a FIFO": (None, GAME),
+    "game grammar is broken": ('{"task_type": "pick_and_place_simple"}', GAME),
+}
+
+
+@pytest.mark.parametrize("spoil", list(OFFICIAL_SPOILS))
+def test_an_official_layout_folder_with_odd_content(user, capsys, spoil):
+    trial = user / "json_2.1.1" / "valid_seen" / "pick_and_place_simple-Apple-None-Fridge-1" / "trial_1"
+    trial.mkdir(parents=True)
+    for name, content in zip(("traj_data.json", "game.tw-pddl"), OFFICIAL_SPOILS[spoil]):
+        if content is None:
+            os.mkfifo(trial / name)
+        else:
+            (trial / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    refused(["eval", "--policy", "random", "--tasks", "json_2.1.1", "--max-steps", "2", "--workers", "1"], user, capsys)
+
+
 def test_the_battery_has_at_least_300_cases():
     cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(CONFIGS)
-             + len(MODEL_SPOILS))
+             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS))
     assert cases >= 300, cases

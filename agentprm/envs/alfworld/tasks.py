@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -115,15 +116,20 @@ def _walk_official(root: Path) -> list[TaskSpec]:
         if not solvable or info.get("task_type") not in TASK_TYPES:
             continue
         rel = traj.parent.relative_to(root)
-        scene = info.get("scene", {}).get("floor_plan", "FloorPlan-1")
+        scene = info.get("scene")
+        plan = scene.get("floor_plan") if isinstance(scene, dict) else None
+        digits = re.search(r"-?\d+", plan) if isinstance(plan, str) else None   # "FloorPlan301" -> 301
         split = next((p for p in reversed(traj.parent.parts) if p in OFFICIAL_SPLITS), "")
         tasks.append(TaskSpec(task_id=str(rel), task_type=info["task_type"], game=str(traj.parent.resolve()),
-                              split=split, floorplan=int("".join(c for c in scene if c.isdigit() or c == "-") or -1)))
+                              split=split, floorplan=int(digits.group()) if digits else -1))
     return tasks
 
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: must be a JSON object, got {type(data).__name__}")
+    return data
