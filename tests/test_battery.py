@@ -347,7 +347,58 @@ def test_an_official_layout_folder_with_odd_content(user, capsys, spoil):
     refused(["eval", "--policy", "random", "--tasks", "json_2.1.1", "--max-steps", "2", "--workers", "1"], user, capsys)
 
 
+# ------------------------------------------------------------------ records whose values are out of range or missing
+def _rollouts(path: Path, **spoil) -> None:
+    """Two one-step episodes as `rollout` writes them, with `spoil` = {column: value} set on every row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
+
+    episodes = [EpisodeRecord(f"e{k}", "t0", "pick_and_place_simple", "put some apple on cabinet.", "synthetic", 0,
+                              [StepRecord(0, "You are in a room.", ("look",), "look", float(k), True, bool(k))])
+                for k in (0, 1)]
+    write_episodes_file(path, episodes)
+    table = pq.read_table(path)
+    for column, value in spoil.items():
+        kind = table.schema.field(column).type if column in table.column_names else pa.string()
+        values = pa.array([value] * len(table), type=kind if value is None or column in table.column_names
+                          and not isinstance(value, str) or kind == pa.string() else pa.string())
+        table = (table.set_column(table.column_names.index(column), column, values) if column in table.column_names
+                 else table.append_column(column, values))
+    pq.write_table(table, path)
+
+
+RECORD_SPOILS = {"reward of 1000": {"reward": 1000.0}, "reward of -5": {"reward": -5.0},
+                 "NaN reward": {"reward": float("nan")}, "null action": {"action": None},
+                 "unknown origin": {"origin": "teleport"}, "reward as text": {"reward": "lots"},
+                 "negative turn": {"turn": -3}, "null episode id": {"episode_id": None}}
+
+
+@pytest.mark.parametrize("spoil", list(RECORD_SPOILS))
+@pytest.mark.parametrize("argv", [["targets", "mc", "--rollouts", "r.parquet", "--out", "t.parquet"],
+                                  ["sft", "--demos", "r.parquet", "--out", "pi"]], ids=lambda a: a[0])
+def test_a_trajectory_record_out_of_range(user, capsys, spoil, argv):
+    _rollouts(user / "r.parquet", **RECORD_SPOILS[spoil])
+    assert "r.parquet" in refused(argv, user, capsys)
+
+
+def test_targets_outside_zero_one_and_empty_tables_are_refused(user, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from agentprm.data.tables import TARGETS_SCHEMA
+
+    row = {"state_key": "s", "action": "look", "q": 7.0, "visits": 1, "task_id": "t0",
+           "task_type": "pick_and_place_simple", "episode_id": "e0", "turn": 0}
+    pq.write_table(pa.Table.from_pylist([row], schema=TARGETS_SCHEMA), user / "q7.parquet")
+    pq.write_table(pa.Table.from_pylist([], schema=TARGETS_SCHEMA), user / "none.parquet")
+    for name in ("q7.parquet", "none.parquet"):
+        assert name in refused(["targets", "pairs", "--targets", name, "--out", "p.parquet"], user, capsys)
+        assert name in refused(["train-prm", "--targets", name, "--init", "tiny", "--out", "prm"], user, capsys)
+
+
 def test_the_battery_has_at_least_300_cases():
     cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(CONFIGS)
-             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS))
+             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 4)
     assert cases >= 300, cases

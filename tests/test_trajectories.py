@@ -125,8 +125,9 @@ def test_nan_or_infinite_numbers_are_refused_naming_file_column_and_row(tmp_path
     with pytest.raises(UserError, match=r"nan.parquet: column 'reward' holds nan at row 1; values must be finite"):
         read_trajectories(bad)
     targets = tmp_path / "targets.parquet"
-    table = pa.Table.from_pylist([{f.name: None for f in TARGETS_SCHEMA}] * 2, schema=TARGETS_SCHEMA)
-    table = table.set_column(TARGETS_SCHEMA.get_field_index("q"), "q", pa.array([0.5, float("inf")]))
+    row = {"state_key": "s", "action": "look", "q": 0.5, "visits": 1, "task_id": "t", "task_type": "pick_and_place_simple",
+           "episode_id": "e", "turn": 0}
+    table = pa.Table.from_pylist([row, {**row, "q": float("inf")}], schema=TARGETS_SCHEMA)
     pq.write_table(table, targets)
     with pytest.raises(UserError, match=r"targets.parquet: column 'q' holds inf at row 1"):
         read_targets(targets)

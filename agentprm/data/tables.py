@@ -95,9 +95,10 @@ ENUMS = {"origin": ("", "reset", "branch")}   # column -> its values (data/traje
 
 
 def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
-    """Every floating-point column of `schema` holds finite numbers (a NaN reward or Q̂ would train a model into NaN
-    without a word), and every column with a range or an enumeration above stays in it (a reward of 1000 or a Q̂ of
-    7 would be learned as given): a one-line error naming the column, the row and the value."""
+    """Every column of `schema` holds a value in every row (a null action or episode id crashed the readers or was
+    learned as text), every floating-point column holds finite numbers (a NaN reward or Q̂ would train a model into
+    NaN without a word), and every column with a range or an enumeration above stays in it (a reward of 1000 or a Q̂
+    of 7 would be learned as given): a one-line error naming the column, the row and the value."""
     import pyarrow.compute as pc
 
     def refuse(name: str, bad, why: str) -> None:
@@ -109,6 +110,7 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
         if field.name not in table.column_names:
             continue
         column = table[field.name]
+        refuse(field.name, column.is_null(), "no value may be missing (null)")
         if pa.types.is_floating(field.type):   # a null is checked where it matters
             refuse(field.name, pc.invert(pc.is_finite(column)).fill_null(False), "values must be finite numbers")
         if field.name in VALUE_RANGES:
@@ -151,6 +153,8 @@ def read_checked(path: str | Path, schema: pa.Schema, what: str) -> TableFile:
         info = json.loads(raw) if raw else {}
     except json.JSONDecodeError:
         raise UserError(f"{path}: bad '{META_KEY.decode()}' metadata (not JSON)") from None
+    if table.num_rows == 0:   # nothing to train on or pair: said here, not as a later crash or an empty output
+        raise UserError(f"{path}: no rows (an empty {what} file)")
     return TableFile(conform(table, schema, path, what), info, path)
 
 
