@@ -91,3 +91,14 @@ def _first_states(tasks):
         env.close()
         out.append((AgentState.start(first, task.task_id), first))
     return out
+
+
+def test_the_loop_reads_every_updates_saved_record():
+    """loop/run.py looked up "online_dpo", "kl_distill" and "policy_gradient" by hand, so beam-distill's training
+    history never reached the report's plots; `saved_update` knows every update's key."""
+    from agentprm.policy.update import POLICY_GRADIENT_KEY, UPDATE_KEYS, saved_update
+
+    for key in (*UPDATE_KEYS.values(), POLICY_GRADIENT_KEY):
+        record = {"history": [{"step": 1, "loss": 0.5}], "seed": 3}
+        assert saved_update({"prompt": {}, key: record}) == record
+    assert saved_update({"prompt": {}}) == {} and UPDATE_KEYS["beam-distill"] == "beam_distill"

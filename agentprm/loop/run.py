@@ -268,6 +268,7 @@ class Loop:
         from agentprm.envs.pool import configure_pool
         from agentprm.models.device import use_device
         from agentprm.policy.hacking import logged
+        from agentprm.policy.update import saved_update
 
         self.placement = use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references live there
         configure_pool(self.cfg.rollout.pool, self.cfg.rollout.ray_address)   # where every env worker runs
@@ -279,7 +280,7 @@ class Loop:
         for i in range(1, self.cfg.iterations + 1):
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())
-            update = meta.get("online_dpo") or meta.get("kl_distill") or meta.get("policy_gradient") or {}
+            update = saved_update(meta)   # beam-distill's history was missed here (looked up by three names)
             checks = (update.get("hacking") or {}).get("checks", [])
             # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
             baseline = [{"step": 0, **logged(checks[0])}] if checks else []

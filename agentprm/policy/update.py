@@ -9,12 +9,23 @@ from agentprm.agent.critic import Critic
 from agentprm.policy.config import PolicyUpdateConfig
 
 
+# the key of a saved π_i's agentprm.json under which each update records itself (run_update's first return value)
+UPDATE_KEYS = {"online-dpo": "online_dpo", "kl-distill": "kl_distill", "beam-distill": "beam_distill"}
+POLICY_GRADIENT_KEY = "policy_gradient"   # GRPO, SPRO, GiGPO, PRIME (loop/algos/grpo.py)
+
+
+def saved_update(meta: dict) -> dict:
+    """The stage-3 record in a saved policy's agentprm.json (config, history, hacking checks, ...), whichever update
+    made it; {} for a policy no update made (π0). The one reader of those keys: the loop's plots and report."""
+    return next((meta[k] for k in (*UPDATE_KEYS.values(), POLICY_GRADIENT_KEY) if k in meta), {})
+
+
 def run_update(policy, critic: Critic, states: Sequence, p: PolicyUpdateConfig, seed: int, reference: str,
                progress: bool = True, on_log=None, steer_frac: float = 0.0, tasks: Sequence = (),
                max_steps: int = 30, workers: int = 2) -> tuple[str, dict]:
     """Update `policy` in place by `p.method` (with `p.lora`, its model is first wrapped with LoRA adapters: save it
-    with `merge=p.lora.merge`); returns the metadata key ("online_dpo" | "kl_distill" |
-    "beam_distill") and {"config", "seed", "history", "reference", ...}. `on_log`/`steer_frac` apply to online DPO;
+    with `merge=p.lora.merge`); returns the metadata key (UPDATE_KEYS[p.method]) and {"config", "seed", "history",
+    "reference", ...}. `on_log`/`steer_frac` apply to online DPO;
     `reference` names π_{i-1}'s folder (the update's frozen reference is a copy of `policy` taken at the start);
     beam-distill searches on `tasks` (`max_steps`, `workers`) and ignores `states`."""
     from agentprm.policy.kl_distill import train_kl_distill
@@ -35,9 +46,10 @@ def run_update(policy, critic: Critic, states: Sequence, p: PolicyUpdateConfig, 
                           temperature=p.temperature, seed=seed, name=policy.name, distinct=p.distinct)
         episodes, _ = search_episodes(sampler, critic, tasks, p, max_steps=max_steps, seed=seed, workers=workers)
         history, distilled = train_beam_distill(policy, episodes, p, seed, progress=progress)
-        return "beam_distill", {**meta, "history": history, **distilled}
+        return UPDATE_KEYS["beam-distill"], {**meta, "history": history, **distilled}
     if p.method == "kl-distill":
-        return "kl_distill", {**meta, "history": train_kl_distill(policy, critic, states, p, seed, progress=progress)}
+        return UPDATE_KEYS["kl-distill"], {**meta, "history": train_kl_distill(policy, critic, states, p, seed,
+                                                                                progress=progress)}
     history, steered = train_online_dpo(policy, critic, states, p, seed, progress=progress, on_log=on_log,
                                         steer_frac=steer_frac)
-    return "online_dpo", {**meta, "history": history, "steer_frac": steer_frac, "steered_states": steered}
+    return UPDATE_KEYS["online-dpo"], {**meta, "history": history, "steer_frac": steer_frac, "steered_states": steered}

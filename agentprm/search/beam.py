@@ -142,10 +142,10 @@ def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, 
 
     `workers` episodes are played at once, each in a thread with an env worker process of its own, so one
     episode's model forwards run while another waits for its envs (torch and the env pipes release the GIL):
-    216 games with Q1 in 131 s instead of 203 s on 2 cores. Every episode samples from its own stream
-    (`generator.fork`, seeded by `seed`, the task and the repeat), so the results do not depend on `workers` or on
-    timing — and two searches with the same seed draw the same first candidates (common random numbers for a
-    paired comparison such as Q vs the uniform control)."""
+    216 games with Q1 in 122 s instead of 179 s on 2 cores (bench/beam_workers.py). Every episode samples from its
+    own stream (`generator.fork`, seeded by `seed`, the task and the repeat), so the results do not depend on
+    `workers` or on timing — and two searches with the same seed draw the same first candidates (common random
+    numbers for a paired comparison such as Q vs the uniform control)."""
     start = time.monotonic()
     jobs = list(enumerate((task, k) for task in tasks for k in range(per_task)))
     results: list[BeamResult | None] = [None] * len(jobs)

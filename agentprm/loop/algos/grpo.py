@@ -16,6 +16,7 @@ def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks,
     from agentprm.data.trajectories import iter_episodes, read_trajectories
     from agentprm.models import load_causal_lm, load_tokenizer
     from agentprm.policy.policy_gradient import train_policy_gradient
+    from agentprm.policy.update import POLICY_GRADIENT_KEY
 
     cfg, it, seed = loop.cfg.policy_gradient, f"iter_{i}", loop.cfg.seed + i
     # groups are π_{i-1}'s own episodes from the task start (Reset-50-50 is refused at config load)
@@ -32,7 +33,7 @@ def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks,
             meta["lora"] = trainable(model)
         meta["history"] = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)),
                                                 cfg, process_beta, seed, progress=loop.progress, gigpo=gigpo)
-        save_policy(model, tokenizer, out, prompt, merge=cfg.lora.merge, policy_gradient=meta)
+        save_policy(model, tokenizer, out, prompt, merge=cfg.lora.merge, **{POLICY_GRADIENT_KEY: meta})
 
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", update)
     loop.evaluate_iteration(i, policy, None, eval_tasks)
