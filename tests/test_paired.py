@@ -174,3 +174,17 @@ def test_sweep_claims_each_method_vs_pi0_and_the_baseline_and_search_vs_its_poli
         ("grpo: pi1", "grpo: pi0"): 0.25, ("grpo: pi2", "grpo: pi1"): -0.25, ("grpo: pi2", "grpo: pi0"): 0.0,
         ("agentprm: pi1", "grpo: pi1"): 0.0, ("agentprm: pi2", "grpo: pi2"): 0.5,   # each method vs the baseline
         ("BoN-4", "agentprm: pi2"): 0.25, ("beam-2x2", "agentprm: pi2"): 0.0, ("beam-2x2", "BoN-4"): -0.25}
+
+
+def test_a_log_or_pipe_gets_the_whole_table(capsys, monkeypatch):
+    """Piped to a log (80 columns), the table widens itself: the quickstart's log cut the control's name to
+    "pi1+beam2x2-un…" at 100 columns."""
+    from agentprm.commands.loop import print_results
+
+    rows = [_row("pi0", 0, 1, [1, 0, 0, 1]), _row("pi1", 1, 1, [1, 0, 0, 0]),
+            {**_row("pi1", 1, 4, [1, 1, 1, 0]), "search": "beam2x2"},
+            {**_row("pi1", 1, 4, [1, 0, 0, 0]), "search": "beam2x2-uniform"}]
+    monkeypatch.setenv("COLUMNS", "80")
+    print_results(rows, "t", comparisons({0: rows}, resamples=200))
+    out = capsys.readouterr().out
+    assert "pi1+beam2x2-uniform" in out and "…" not in out

@@ -79,7 +79,8 @@ def print_results(rows: list[dict], title: str, comparisons: list[dict] = ()) ->
         table.add_row(r["policy"], search_cell(r), f"{100 * r['success_rate']:.1f}%",
                       f"[{100 * lo:.0f}, {100 * hi:.0f}]", str(r["episodes"]), c["b"] if c else "",
                       delta_cell(c) if c else "", ("yes" if resolved(c) else "no") if c else "")
-    console = Console(width=max(Console().width, 100))   # a log file or pipe gets 80 columns: the CIs wrapped
+    console = Console(width=max(Console().width, 120))   # a log file or pipe gets 80 columns: the CIs wrapped, and
+    # at 100 the control's name ("pi1+beam2x2-uniform") was cut
     console.print(table)
     unresolved = [c for c in comparisons if not resolved(c)]
     if unresolved:

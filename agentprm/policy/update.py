@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from agentprm.agent.critic import Critic
-from agentprm.policy.config import PolicyUpdateConfig
+from agentprm.policy.config import METHODS, PolicyUpdateConfig
 
 
 # the key of a saved π_i's agentprm.json under which each update records itself (run_update's first return value)
-UPDATE_KEYS = {"online-dpo": "online_dpo", "kl-distill": "kl_distill", "beam-distill": "beam_distill"}
+UPDATE_KEYS = {method: method.replace("-", "_") for method in METHODS}
 POLICY_GRADIENT_KEY = "policy_gradient"   # GRPO, SPRO, GiGPO, PRIME (loop/algos/grpo.py)
 
 
