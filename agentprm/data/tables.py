@@ -111,7 +111,7 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
             continue
         column = table[field.name]
         refuse(field.name, column.is_null(), "no value may be missing (null)")
-        if pa.types.is_floating(field.type):   # a null is checked where it matters
+        if pa.types.is_floating(field.type):
             refuse(field.name, pc.invert(pc.is_finite(column)).fill_null(False), "values must be finite numbers")
         if field.name in VALUE_RANGES:
             low, high = VALUE_RANGES[field.name]

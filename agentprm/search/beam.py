@@ -21,7 +21,6 @@ included) for that bookkeeping.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import threading
 import time
@@ -38,6 +37,7 @@ from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.envs.base import Turn
 from agentprm.envs.pool import EnvPool, open_pool
+from agentprm.search.uniform import hash64
 
 
 @dataclass(frozen=True)
@@ -182,4 +182,4 @@ def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, 
 
 def episode_seed(seed: int, task_id: str, repeat: int) -> int:
     """The sampling seed of one search episode: a function of the run's seed, the task and the repeat only."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}\0{task_id}\0{repeat}".encode(), digest_size=8).digest(), "little")
+    return hash64(seed, task_id, repeat)

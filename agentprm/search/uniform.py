@@ -15,6 +15,13 @@ import torch
 _SCALE = 2.0 ** -64
 
 
+def hash64(*parts) -> int:
+    """A 64-bit integer fixed by `parts` alone (blake2b of their text): the uniform critic's scores and each beam
+    episode's sampling seed (search/beam.py), the same in every process and whatever the call order."""
+    text = "\0".join(map(str, parts))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
 class UniformCritic:
     name = "uniform"
 
@@ -24,8 +31,5 @@ class UniformCritic:
     def score(self, states, replies) -> torch.Tensor:
         if len(states) != len(replies):
             raise ValueError(f"{len(states)} states but {len(replies)} replies")
-        return torch.tensor([self._uniform(s.key(), r) for s, r in zip(states, replies)], dtype=torch.float32)
-
-    def _uniform(self, state_key: str, reply: str) -> float:
-        digest = hashlib.blake2b(f"{self.seed}\0{state_key}\0{reply}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "little") * _SCALE
+        return torch.tensor([hash64(self.seed, s.key(), r) * _SCALE for s, r in zip(states, replies)],
+                            dtype=torch.float32)
