@@ -46,11 +46,14 @@ def atomic_leftovers(path: str | os.PathLike) -> list[Path]:
                   and p.name.endswith((".tmp", ".old")))
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """A text file the project reads (configs, manifests, agentprm.json): a one-line error if it is not UTF-8, or not a
-    regular file (a FIFO or a device would block the read or never end it)."""
+def read_text(path: str | os.PathLike, max_bytes: int | None = None) -> str:
+    """A text file the project reads (configs, manifests, agentprm.json, games): a one-line error if it is not UTF-8,
+    not a regular file (a FIFO or a device would block the read or never end it), or larger than `max_bytes`."""
     if Path(path).exists() and not Path(path).is_file():
         raise UserError(f"{path}: not a regular file")
+    if max_bytes is not None and Path(path).stat().st_size > max_bytes:
+        raise UserError(f"{path}: {Path(path).stat().st_size / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} "
+                        "MiB such a file may have")
     try:
         return Path(path).read_text()
     except UnicodeDecodeError as e:

@@ -8,12 +8,13 @@ from pathlib import Path
 from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
 from agentprm.envs.base import Turn
 from agentprm.errors import UserError
+from agentprm.io import read_text
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
 _TASK_RE = re.compile(r"Your task is to: (.*)$", re.S)
 GAME_FIELDS = ("pddl_domain", "grammar", "pddl_problem")
-MAX_GAME_BYTES = 64 * 2**20
+MAX_GAME_BYTES = 64 * 2**20   # read whole: ours are ~100 KB
 
 
 def game_file_of(path: str | Path) -> Path:
@@ -22,34 +23,22 @@ def game_file_of(path: str | Path) -> Path:
     game = path / GAME_FILE if path.is_dir() else path
     if not game.exists():
         raise UserError(f"{game}: no such game file (a game folder holds {GAME_FILE} and {TRAJ_FILE})")
-    _check_readable(game)
     try:
-        data = json.loads(game.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{game}: not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+        data = json.loads(read_text(game, MAX_GAME_BYTES))
+    except json.JSONDecodeError as e:   # (not UTF-8, not a regular file, too large: read_text's errors)
+        raise UserError(f"{game}: not valid JSON ({e.msg})") from None
     missing = [f for f in GAME_FIELDS if not isinstance(data, dict) or not data.get(f)]
     if missing:
         raise UserError(f"{game}: missing field '{missing[0]}'")
     return game
 
 
-def _check_readable(path: Path) -> None:
-    """A game's files are read whole: a FIFO or a device (`--game /dev/zero`) would block or never end, and a file far
-    larger than any game (ours are ~100 KB) is not one."""
-    if not path.is_file():
-        raise UserError(f"{path}: not a regular file")
-    if path.stat().st_size > MAX_GAME_BYTES:
-        raise UserError(f"{path}: {path.stat().st_size / 2**20:.0f} MiB, larger than any game "
-                        f"(the limit is {MAX_GAME_BYTES // 2**20} MiB)")
-
-
 def read_traj_data(game: Path) -> dict:
     traj = game.parent / TRAJ_FILE
     if not traj.exists():
         raise UserError(f"{traj}: missing (needed for the task type and the expert)")
-    _check_readable(traj)
     try:
-        data = json.loads(traj.read_text())
+        data = json.loads(read_text(traj, MAX_GAME_BYTES))
     except json.JSONDecodeError as e:
         raise UserError(f"{traj}: not valid JSON ({e.msg})") from None
     if data.get("task_type") not in TASK_TYPES:
