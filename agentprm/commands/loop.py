@@ -22,7 +22,7 @@ def register(sub) -> None:
 
     q = sub.add_parser("quickstart", help="the main job: one AgentPRM iteration from the bundled tiny π0 on "
                                           "generated ALFWorld tasks, then π0, π1 and beam search with Q1 beside the "
-                                          "same beam with a uniform critic on 216 eval games (~13 min on 2 cores)")
+                                          "same beam with a uniform critic on 216 eval games (~11 min on 2 cores)")
     q.add_argument("--out", default=QUICKSTART_OUT, help=f"run folder (default {QUICKSTART_OUT})")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--resume", action="store_true", help="continue an interrupted quickstart in --out")
