@@ -53,7 +53,7 @@ def one_run(run: Path, k: int) -> dict:
     from agentprm.agent.checkpoint import save_policy
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.policy.online_dpo import rollout_states
-    from agentprm.policy.update import run_update
+    from agentprm.policy.update import UpdateContext, run_update
     from agentprm.rollout.oracle import OracleCritic
 
     cfg = load_config(run / "config.yaml")
@@ -100,13 +100,13 @@ def one_run(run: Path, k: int) -> dict:
         def update(out: Path, critic_name=critic_name, method=method, distinct=distinct) -> None:
             policy = LMAgent.load(pi0, mode=mode, seed=seed + 1, name="pi1")
             critic = oracle(train, cfg.rollout.max_steps) if critic_name == "oracle" else load_prm(prm1)
-            key, meta = run_update(policy, critic, states, dataclasses.replace(cfg.policy, method=method,
-                                                                               distinct=distinct),
-                                   seed + 1, str(pi0), progress=False)
+            result = run_update(policy, critic, states, dataclasses.replace(cfg.policy, method=method,
+                                                                            distinct=distinct),
+                                UpdateContext(seed + 1, str(pi0), progress=False))
             if critic_name == "oracle":
-                meta["oracle_episodes"], meta["oracle_errors"] = critic.episodes, critic.errors
+                result.details.update(oracle_episodes=critic.episodes, oracle_errors=critic.errors)
                 critic.close()
-            save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **{key: meta})
+            save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **result.meta())
 
         policy_dir = stages.run(folder, folder, update)
         rows[label] = evaluate(folder, lambda d=policy_dir: (LMAgent.load(d, mode=mode, seed=seed + 1), None), evals)

@@ -100,7 +100,7 @@ def main() -> None:
     from agentprm.data.trajectories import write_episodes_file
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.policy.config import PolicyUpdateConfig
-    from agentprm.policy.update import run_update
+    from agentprm.policy.update import UpdateContext, run_update
     from agentprm.prm.loading import load_prm
     from agentprm.rollout.play import play_tasks
     from agentprm.targets.continuation import continuation_targets
@@ -150,10 +150,10 @@ def main() -> None:
             judge = TableCritic(states, actions, q) if critic == "labels" else load_prm(run / "iter_1/prm")
             steps = math.ceil(args.epochs * len(unique) / 16)
             p = dataclasses.replace(cfg.policy, method="kl-distill", steps=steps, batch_size=16)
-            key, meta = run_update(policy, judge, unique, p, seed + 1, str(pi0), progress=False)
-            meta.update(states=len(unique), labels=labels, critic=critic,
-                        missing_labels=getattr(judge, "missing", None))
-            save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **{key: meta})
+            result = run_update(policy, judge, unique, p, UpdateContext(seed + 1, str(pi0), progress=False))
+            result.details.update(states=len(unique), labels=labels, critic=critic,
+                                  missing_labels=getattr(judge, "missing", None))
+            save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **result.meta())
         return stages.run(f"policy_{name}", f"policies/{name}", build)
 
     rows = {"pi0": json.loads((run / "evals/pi0.json").read_text()),

@@ -66,6 +66,73 @@ def test_the_check_sees_a_backward_import(tmp_path):
     assert LAYER[_unit("agentprm.policy.sft")] > LAYER[_unit("agentprm.prm.train")]
 
 
+def module_imports(path: Path) -> set[str]:
+    """The agentprm modules `path` imports when it is imported: statements at module level (inside `try`/`if` too),
+    not those inside functions or under `if TYPE_CHECKING:`."""
+    found: set[str] = set()
+
+    def visit(body) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+            elif isinstance(node, (ast.If, ast.Try)):
+                for part in (node.body, node.orelse, *([h.body for h in node.handlers] if isinstance(node, ast.Try)
+                                                       else []), getattr(node, "finalbody", [])):
+                    visit(part)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.update([node.module] + [f"{node.module}.{a.name}" for a in node.names])
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return {m for m in found if m.startswith("agentprm.")}
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """Cycles in the graph of module-level imports between the modules under `root` (a package folder)."""
+    modules = {}
+    for path in root.rglob("*.py"):
+        name = ".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph = {name: {m for m in module_imports(path) if m in modules and m != name} for name, path in modules.items()}
+    cycles, state = [], {}
+
+    def walk(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                walk(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            walk(name, [name])
+    return cycles
+
+
+def test_no_import_cycles_inside_the_package():
+    """A module-level cycle fails or half-initialises a module depending on which side is imported first; the
+    algorithm registry once hid one behind importlib (loop/config -> loop/algos -> loop/policy_stage -> loop/config).
+    Registrations are now plain imports, so the check sees them. (Imports inside functions, for optional heavy
+    dependencies, are not module-level and may point back.)"""
+    assert import_cycles(ROOT) == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path):
+    pkg = tmp_path / "agentprm"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("from agentprm.a.x import f\n")
+    (pkg / "a" / "x.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import agentprm.a.y\n"
+                                    "def f():\n    from agentprm.a.y import g\n")
+    (pkg / "a" / "y.py").write_text("import agentprm.a.x\n")
+    assert import_cycles(pkg) == []                    # the back edges are lazy or for type checkers only
+    (pkg / "a" / "x.py").write_text("from agentprm.a.y import g\n")
+    assert import_cycles(pkg) == [["agentprm.a.x", "agentprm.a.y", "agentprm.a.x"]]
+
+
 def test_a_toy_algorithm_is_one_registered_function(tmp_path, generated_tasks, tiny_policy):
     """An algorithm is its iteration function, registered by name: this one keeps π_{i-1} and evaluates it, and the
     loop runs it (stages, resume, results) with nothing else touched; a second registration of the name is refused."""
@@ -142,3 +209,62 @@ def test_configs_of_earlier_versions_still_load(tmp_path):
     cfg = from_dict({"policy0": {"retrain": True, "sft_epochs": 1.5, "sft_model": "small"}})
     assert (cfg.policy0.sft.epochs, cfg.policy0.sft.model, cfg.policy0.retrain) == (1.5, "small", True)
     assert from_dict({"policy0": {"sft_epochs": 1.0, "sft": {"epochs": 2.0}}}).policy0.sft.epochs == 2.0
+
+
+def test_a_toy_update_and_a_toy_critic_plug_in_from_one_file(tmp_path, generated_tasks, tiny_policy):
+    """A stage-3 update is one registered function with one signature: this one leaves π as it is and records how
+    many states it saw and what the critic scored them. The loop's config check, its stage 3, the saved policy's
+    record and the report's history all take it with nothing else touched; the loop's own checks read its flags (not
+    watchable: the hacking detector is refused). A critic is any object with `score`: the toy one here ranks by
+    reply length and drives Best-of-N and beam search through the same protocol."""
+    import json
+
+    import pytest
+    import torch
+    from test_loop import mini_config
+
+    from agentprm.agent.critic import Critic
+    from agentprm.agent.lm import LMAgent
+    from agentprm.cli import main
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.errors import UserError
+    from agentprm.loop.config import from_dict
+    from agentprm.policy.update import UPDATES, UpdateResult, register_update
+    from agentprm.search import BestOfNAgent, play_beam
+
+    class LongestReply:
+        def score(self, states, replies):
+            return torch.tensor([float(len(r)) for r in replies])
+
+    @register_update("test-noop")
+    def noop(policy, critic, states, cfg, ctx):
+        scores = critic.score(states[:4], [s.admissible[0] for s in states[:4]])
+        return [{"step": 1, "loss": 0.0}], {"states_seen": len(states), "scored": len(scores), "seed_used": ctx.seed}
+
+    try:
+        with pytest.raises(ValueError, match="'test-noop' is registered already"):
+            register_update("test-noop")(noop)
+        with pytest.raises(UserError, match="'policy.method' test-noop is not online DPO"):
+            from_dict({"policy": {"method": "test-noop"}, "hacking": {"enabled": True}})
+        cfg = mini_config(tmp_path, generated_tasks, tiny_policy, policy={"method": "test-noop"})
+        assert main(["loop", "--config", str(cfg), "--run-dir", str(tmp_path / "run")]) == 0
+        meta = json.loads((tmp_path / "run" / "iter_1" / "policy" / "agentprm.json").read_text())
+        result = UpdateResult.read(meta)
+        assert result.method == "test-noop" and result.seed == 1 and result.history == [{"step": 1, "loss": 0.0}]
+        assert result.details["states_seen"] > 0 and result.details["scored"] == 4 and result.details["seed_used"] == 1
+        assert result.reference.endswith("policy_0")
+    finally:
+        del UPDATES["test-noop"]
+
+    critic = LongestReply()
+    assert isinstance(critic, Critic)
+    tasks = load_tasks(generated_tasks.eval)[:1]
+    sampler = LMAgent.load(tiny_policy, temperature=1.0, distinct=True, seed=0)
+    from agentprm.rollout.play import play_tasks
+
+    # distinct samples, more than any state has commands: Best-of-N sees them all and keeps the critic's favourite
+    episodes, _ = play_tasks(BestOfNAgent(sampler, critic, 500), tasks, per_task=1, seed=0, max_steps=3, tag="toy",
+                             workers=1, progress=False)
+    assert [len(s.action) for s in episodes[0].steps] == [max(map(len, s.admissible)) for s in episodes[0].steps]
+    beam, summary = play_beam(tasks, sampler, critic, width=1, expand=500, max_steps=3, seed=0, workers=1)
+    assert [len(s.action) for s in beam[0].steps] == [max(map(len, s.admissible)) for s in beam[0].steps]

@@ -11,7 +11,7 @@ from agentprm.agent.lm import LMAgent
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
 from agentprm.policy.config import PolicyUpdateConfig
-from agentprm.policy.update import run_update
+from agentprm.policy.update import UpdateContext, run_update
 from agentprm.search import UniformCritic
 
 
@@ -38,9 +38,10 @@ def test_distilling_a_critic_guided_beam_moves_pi_to_the_critics_path(generated_
     first_before = [policy.act([s], [t])[0] for s, t in _first_states(tasks)]
     cfg = PolicyUpdateConfig(method="beam-distill", search_width=1, search_expand=200, temperature=1.0, distinct=True,
                              steps=40, batch_size=4, lr=3e-3)
-    key, meta = run_update(policy, FollowsWalkthrough(walks), [], cfg, seed=0, reference=str(tiny_policy),
-                           progress=False, tasks=tasks, max_steps=max(map(len, walks.values())) + 2, workers=1)
-    assert key == "beam_distill"
+    result = run_update(policy, FollowsWalkthrough(walks), [], cfg, UpdateContext(
+        0, str(tiny_policy), progress=False, tasks=tasks, max_steps=max(map(len, walks.values())) + 2, workers=1))
+    meta = result.meta()["beam_distill"]
+    assert result.method == "beam-distill" and meta["history"] == result.history
     assert meta["search"]["success_rate"] == 1.0 and meta["episodes_kept"] == 2
     assert meta["examples"] == sum(map(len, walks.values()))      # one example per walkthrough step
     assert 0 < meta["corrections"] <= meta["examples"]             # steps where untrained π's greedy pick differs
@@ -55,8 +56,8 @@ def test_nothing_won_is_refused_with_won_only(generated_tasks, tiny_policy):
     policy = LMAgent.load(tiny_policy)
     cfg = PolicyUpdateConfig(method="beam-distill", search_width=1, search_expand=1, steps=1)
     with pytest.raises(UserError, match="none of the 1 search episodes won"):
-        run_update(policy, UniformCritic(0), [], cfg, seed=0, reference=str(tiny_policy), progress=False,
-                   tasks=tasks, max_steps=2, workers=1)
+        run_update(policy, UniformCritic(0), [], cfg, UpdateContext(0, str(tiny_policy), progress=False,
+                                                                    tasks=tasks, max_steps=2, workers=1))
 
 
 class _Keyed:
@@ -95,10 +96,16 @@ def _first_states(tasks):
 
 def test_the_loop_reads_every_updates_saved_record():
     """loop/run.py looked up "online_dpo", "kl_distill" and "policy_gradient" by hand, so beam-distill's training
-    history never reached the report's plots; `saved_update` knows every update's key."""
-    from agentprm.policy.update import POLICY_GRADIENT_KEY, UPDATE_KEYS, saved_update
+    history never reached the report's plots; `UpdateResult.read` reads back the record of any registered update (and
+    of the policy-gradient algorithms), typed, from the saved agentprm.json."""
+    from agentprm.policy.update import POLICY_GRADIENT, UPDATES, UpdateResult
 
-    for key in (*UPDATE_KEYS.values(), POLICY_GRADIENT_KEY):
-        record = {"history": [{"step": 1, "loss": 0.5}], "seed": 3}
-        assert saved_update({"prompt": {}, key: record}) == record
-    assert saved_update({"prompt": {}}) == {} and UPDATE_KEYS["beam-distill"] == "beam_distill"
+    assert {"online-dpo", "kl-distill", "beam-distill"} <= set(UPDATES)
+    for method in (*UPDATES, POLICY_GRADIENT):
+        result = UpdateResult(method, [{"step": 1, "loss": 0.5}], {"lr": 0.1}, 3, "pi0", {"corrections": 7})
+        meta = json.loads(json.dumps({"prompt": {}, **result.meta()}))    # as saved and read back
+        assert UpdateResult.read(meta) == result
+    assert UpdateResult.read({"prompt": {}}) is None and UpdateResult.key("beam-distill") == "beam_distill"
+    # the on-disk layout of runs saved before the registry: still read
+    old = {"online_dpo": {"config": {}, "seed": 1, "reference": "r", "history": [], "steered_states": 0}}
+    assert UpdateResult.read(old) == UpdateResult("online-dpo", [], {}, 1, "r", {"steered_states": 0})

@@ -8,7 +8,8 @@ from __future__ import annotations
 from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
 from agentprm.outputs import declare
 from agentprm.loop.config import RolloutConfig
-from agentprm.policy.config import METHODS, PolicyUpdateConfig
+from agentprm.policy.config import PolicyUpdateConfig
+from agentprm.policy.update import UPDATES
 from agentprm.train.config import check_lora
 
 
@@ -21,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output policy folder π_i (replaced atomically)")
     p.add_argument("--mode", choices=("choose", "generate"), default="choose", help="how replies are sampled")
     p.add_argument("--tasks", metavar="DIR", help="beam-distill: the train tasks to search on (`agentprm tasks`)")
-    add_config_flags(p, PolicyUpdateConfig, skip=("critic",), choices={"method": METHODS})
+    add_config_flags(p, PolicyUpdateConfig, skip=("critic",), choices={"method": tuple(UPDATES)})
     add_config_flags(p, RolloutConfig, only=("max_steps",))
     p.add_argument("--steer-frac", type=float, default=0.0, help="share of generations with the steered prompt")
     add_device_flags(p)
@@ -36,7 +37,7 @@ def run(args) -> int:
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.errors import require
     from agentprm.policy.online_dpo import rollout_states
-    from agentprm.policy.update import run_update
+    from agentprm.policy.update import UpdateContext, run_update
     from agentprm.prm.loading import load_prm
 
     cfg = config_from_args(PolicyUpdateConfig, args)
@@ -49,11 +50,12 @@ def run(args) -> int:
     policy = LMAgent.load(args.policy, mode=args.mode, seed=args.seed)
     states = rollout_states(args.rollouts)
     require(states, f"{args.rollouts}: no states to update on (the rollouts hold no steps)")   # it hung without a word
-    key, meta = run_update(policy, load_prm(args.prm), states, cfg, args.seed, args.policy,
-                           steer_frac=args.steer_frac, tasks=tasks, max_steps=args.max_steps)
+    result = run_update(policy, load_prm(args.prm), states, cfg, UpdateContext(
+        args.seed, args.policy, steer_frac=args.steer_frac, tasks=tasks, max_steps=args.max_steps))
+    result.details["prm"] = args.prm
     save_policy(policy.backend.model, policy.tokenizer, args.out, policy.prompt_cfg, merge=cfg.lora.merge,
-                **{key: {**meta, "prm": args.prm}})
-    last = meta["history"][-1]
+                **result.meta())
+    last = result.history[-1]
     print(f"{len(states)} states, {last['step']} steps ({cfg.method}): loss {last['loss']:.4f} -> {args.out}")
-    write_summary(args, {"states": len(states), **meta})
+    write_summary(args, {"states": len(states), **result.meta()[result.key(result.method)]})
     return 0

@@ -17,10 +17,12 @@ import yaml
 from agentprm.envs.pool import POOLS
 from agentprm.errors import UserError
 from agentprm.io import read_text
+from agentprm.loop.algos import check_algorithm
 from agentprm.agent.remote import BackendConfig, check_backend_config
 from agentprm.models.device import DeviceConfig, check_device_config
 from agentprm.ranges import check_section
-from agentprm.policy.config import (CRITICS, METHODS as POLICY_METHODS, HackingConfig, PolicyGradientConfig,
+from agentprm.policy.update import UPDATES
+from agentprm.policy.config import (CRITICS, HackingConfig, PolicyGradientConfig,
                                     PolicyUpdateConfig, SFTConfig)
 from agentprm.prm.config import InversePrmConfig, PrimeConfig, PrmConfig
 from agentprm.targets.mc import TargetsConfig
@@ -151,15 +153,6 @@ def _checked(value: Any, default: Any, path: str, source: str) -> Any:
 
 TARGET_SOURCES = ("mc", "continuation")
 ROLLOUT_MODES = ("choose", "generate")
-# Optional stages, with the algorithms that run them: a non-default value under another algorithm would be ignored,
-# so it is refused at load time instead.
-POLICY_UPDATE_ALGOS = ("agentprm", "inverse-prm", "prime")   # stage 3 through loop/policy_stage.py update_policy
-APPLIES_TO = {
-    "exploration.reset_frac": ("inverse-prm",),
-    "targets.shaping_alpha": ("agentprm",),
-    "exploration.steer_frac": POLICY_UPDATE_ALGOS,
-    "hacking.enabled": POLICY_UPDATE_ALGOS,
-}
 
 
 # Fields renamed since earlier versions, read from run folders those wrote: (section, old name) -> path in the section
@@ -179,28 +172,19 @@ def _migrated(data: dict) -> dict:
 
 
 def from_dict(data: dict, source: str = "config") -> LoopConfig:
-    from agentprm.loop.algos import ALGORITHMS, get_algorithm
     from agentprm.prm.losses import PRM_LOSSES
 
     cfg = _build(LoopConfig, _migrated(data), "", source)
-    check_section(cfg, lambda path: f"{source}: field '{path}'")   # every numeric field's range (agentprm/ranges.py)
-    try:
-        get_algorithm(cfg.algo)
-    except UserError:
-        raise UserError(f"{source}: field 'algo' must be one of {', '.join(sorted(ALGORITHMS))}, "
-                        f"got {cfg.algo!r}") from None
+    where = lambda path: f"{source}: field '{path}'"  # noqa: E731
+    check_section(cfg, where)   # every numeric field's range (agentprm/ranges.py)
     for path, value, known in (("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES), ("rollout.pool", cfg.rollout.pool, POOLS),
                                ("prm.loss", cfg.prm.loss, tuple(PRM_LOSSES)),
                                ("targets.source", cfg.targets.source, TARGET_SOURCES),
-                               ("policy.method", cfg.policy.method, POLICY_METHODS),
+                               ("policy.method", cfg.policy.method, tuple(UPDATES)),
                                ("policy.critic", cfg.policy.critic, CRITICS)):
         if value not in known:
             raise UserError(f"{source}: field '{path}' must be one of {', '.join(known)}, got {value!r}")
-    for path, algos in APPLIES_TO.items():
-        section, name = path.split(".")
-        if getattr(getattr(cfg, section), name) and cfg.algo in ALGORITHMS and cfg.algo not in algos:
-            raise UserError(f"{source}: field '{path}' applies to algo {' / '.join(algos)}; algo {cfg.algo} would "
-                            "ignore it (remove it)")
+    check_algorithm(cfg, LoopConfig(), where)   # the algorithm's entry owns its fields and checks (loop/algos/)
     if cfg.eval.beam_width and cfg.eval.beam_width * cfg.eval.beam_expand < 2:   # 1x1 would be one sampled reply
         raise UserError(f"{source}: field 'eval.beam_width' × 'eval.beam_expand' must be at least 2 samples per turn "
                         f"(or beam_width 0: off), got {cfg.eval.beam_width} × {cfg.eval.beam_expand}")
@@ -209,26 +193,19 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if not cfg.policy0.sft.epochs and cfg.policy0.sft.steps < 1:   # SFT counts steps unless given epochs
         raise UserError(f"{source}: field 'policy0.sft.steps' must be at least 1 when policy0.sft.epochs is 0, got "
                         f"{cfg.policy0.sft.steps}")
-    if cfg.rollout.branches and cfg.algo != "agentprm":
-        raise UserError(f"{source}: field 'rollout.branches' is for algo agentprm (algo {cfg.algo} uses its rollouts "
-                        "as on-policy groups); set it to 0")
-    if cfg.targets.source == "continuation" and (cfg.targets.shaping_alpha or cfg.algo != "agentprm"):
-        raise UserError(f"{source}: field 'targets.source' continuation is for algo agentprm without shaping")
-    if cfg.policy.method == "kl-distill" and (cfg.rollout.mode != "choose" or cfg.hacking.enabled
-                                              or cfg.exploration.steer_frac):
-        raise UserError(f"{source}: field 'policy.method' kl-distill needs rollout.mode choose, no hacking detector "
-                        "and no steered exploration")
-    if cfg.policy.method == "beam-distill" and (cfg.hacking.enabled or cfg.exploration.steer_frac):
-        raise UserError(f"{source}: field 'policy.method' beam-distill runs no online DPO: no hacking detector and no "
-                        "steered exploration")
-    if cfg.policy.search_tasks and (cfg.policy.method != "beam-distill" or cfg.tasks.train_dir
+    update = UPDATES[cfg.policy.method]   # what the update's registry entry says applies to it (policy/update.py)
+    if not update.watchable and (cfg.hacking.enabled or cfg.exploration.steer_frac):
+        raise UserError(f"{where('policy.method')} {update.name} is not online DPO: no hacking detector and no steered "
+                        "exploration")
+    if update.choose_only and cfg.rollout.mode != "choose":
+        raise UserError(f"{where('policy.method')} {update.name} scores every admissible command: it needs "
+                        "rollout.mode choose")
+    if cfg.policy.search_tasks and (not update.searches or cfg.tasks.train_dir
                                     or cfg.policy.search_tasks < cfg.tasks.train):
-        raise UserError(f"{source}: field 'policy.search_tasks' is for policy.method beam-distill on a generated train "
-                        f"split, at least tasks.train ({cfg.tasks.train}) games; set it to 0")
+        raise UserError(f"{where('policy.search_tasks')} is for a searching policy.method (beam-distill) on a generated"
+                        f" train split, at least tasks.train ({cfg.tasks.train}) games; set it to 0")
     if cfg.policy.critic == "uniform" and cfg.hacking.enabled:
         raise UserError(f"{source}: field 'policy.critic' uniform is a control without a PRM to watch: disable hacking")
-    if cfg.policy.critic == "oracle" and (cfg.algo != "agentprm" or cfg.hacking.enabled):
-        raise UserError(f"{source}: field 'policy.critic' oracle is for algo agentprm without the hacking detector")
     if cfg.policy.distinct and cfg.rollout.mode != "choose":
         raise UserError(f"{source}: field 'policy.distinct' needs rollout.mode 'choose' (got {cfg.rollout.mode!r})")
     check_device_config(cfg.device, f"{source}: section 'device'")

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentprm.errors import UserError
-from agentprm.loop.config import LoopConfig
 from agentprm.loop.stages import StageRunner
+
+if TYPE_CHECKING:   # loop/config.py imports the algorithms, which import this module
+    from agentprm.loop.config import LoopConfig
 
 
 def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_dir: Path, rollouts: Path,
@@ -21,7 +24,7 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
     from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.lm import LMAgent
     from agentprm.policy.online_dpo import rollout_states
-    from agentprm.policy.update import run_update
+    from agentprm.policy.update import UpdateContext, run_update
     from agentprm.prm.loading import load_prm
     from agentprm.rollout.oracle import OracleCritic
     from agentprm.search import UniformCritic
@@ -41,15 +44,15 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
     if cfg.hacking.enabled:   # online DPO only (config check)
         detector, states = hacking_detector(cfg, stages, i, prev, policy, prm, prm_dir, states, train_tasks,
                                             progress)
-    key, meta = run_update(policy, prm, states, c, seed, str(prev), progress=progress, on_log=detector,
-                           steer_frac=cfg.exploration.steer_frac, tasks=search_tasks, max_steps=r.max_steps,
-                           workers=r.workers or 2)
+    result = run_update(policy, prm, states, c, UpdateContext(
+        seed, str(prev), progress=progress, on_log=detector, steer_frac=cfg.exploration.steer_frac,
+        tasks=search_tasks, max_steps=r.max_steps, workers=r.workers or 2))
     if detector:
-        meta["hacking"] = detector.summary()
+        result.details["hacking"] = detector.summary()
     if c.critic == "oracle":
-        meta["oracle_episodes"], meta["oracle_errors"] = prm.episodes, prm.errors   # the bound's price
+        result.details.update(oracle_episodes=prm.episodes, oracle_errors=prm.errors)   # the bound's price
         prm.close()
-    save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, merge=c.lora.merge, **{key: meta})
+    save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, merge=c.lora.merge, **result.meta())
 
 
 def generated_train_split(cfg: LoopConfig, stages: StageRunner, num: int, progress: bool = True) -> list:

@@ -37,7 +37,7 @@ class Loop:
     def __init__(self, cfg: LoopConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
                  reuse: tuple[Path, set[str]] | None = None):
         """`reuse`: stages to copy from another run that did them identically (see StageRunner)."""
-        self.algorithm = get_algorithm(cfg.algo)
+        self.algorithm = get_algorithm(cfg.algo).iteration
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         check_claimable(self.run_dir, "run")   # a folder agentprm did not create is refused before anything is written
         started = (self.run_dir / MARKERS).exists()
@@ -268,7 +268,7 @@ class Loop:
         from agentprm.envs.pool import configure_pool
         from agentprm.models.device import use_device
         from agentprm.policy.hacking import logged
-        from agentprm.policy.update import saved_update
+        from agentprm.policy.update import UpdateResult
 
         self.placement = use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references live there
         configure_pool(self.cfg.rollout.pool, self.cfg.rollout.ray_address)   # where every env worker runs
@@ -280,11 +280,11 @@ class Loop:
         for i in range(1, self.cfg.iterations + 1):
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())
-            update = saved_update(meta)   # beam-distill's history was missed here (looked up by three names)
-            checks = (update.get("hacking") or {}).get("checks", [])
+            update = UpdateResult.read(meta) or UpdateResult("", [])   # π_i made by SFT records no update
+            checks = (update.details.get("hacking") or {}).get("checks", [])
             # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
             baseline = [{"step": 0, **logged(checks[0])}] if checks else []
-            self.update_history[i] = baseline + update.get("history", [])
+            self.update_history[i] = baseline + update.history
         from agentprm.eval.paired import comparisons
 
         results = {"rows": self.rows, "comparisons": comparisons({self.cfg.seed: self.rows}),

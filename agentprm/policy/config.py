@@ -121,5 +121,4 @@ class HackingConfig:
         return asdict(self)
 
 
-METHODS = ("online-dpo", "kl-distill", "beam-distill")
 CRITICS = ("prm", "oracle", "uniform")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentprm.loop.algos import register_algorithm
+from agentprm.errors import UserError
+from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, register_algorithm
 from agentprm.loop.policy_stage import update_policy
 
 
@@ -23,7 +24,15 @@ def value_model(loop, train_tasks) -> Path:
     return loop.stages.run("shaping/value", "shaping/value", build)
 
 
-@register_algorithm("agentprm")
+def check(cfg, where) -> None:
+    if cfg.targets.source == "continuation" and cfg.targets.shaping_alpha:
+        raise UserError(f"{where('targets.source')} continuation takes no shaping: set targets.shaping_alpha to 0")
+    if cfg.policy.critic == "oracle" and cfg.hacking.enabled:
+        raise UserError(f"{where('policy.critic')} oracle has no PRM for the hacking detector to watch: disable it")
+
+
+@register_algorithm("agentprm", check=check, uses=(*POLICY_UPDATE_FIELDS, "targets.shaping_alpha", "targets.source",
+                                                    "rollout.branches", "policy.critic=oracle"))
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     from agentprm.data.tables import write_with_info
     from agentprm.prm.model import ProcessRewardModel

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentprm.loop.algos import register_algorithm
+from agentprm.loop.algos.registry import register_algorithm
 from agentprm.loop.algos.grpo import policy_gradient_iteration
 
 

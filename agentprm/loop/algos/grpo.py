@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentprm.loop.algos import register_algorithm
+from agentprm.loop.algos.registry import register_algorithm
 
 
 def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks, process_beta: float,
@@ -16,7 +16,7 @@ def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks,
     from agentprm.data.trajectories import iter_episodes, read_trajectories
     from agentprm.models import load_causal_lm, load_tokenizer
     from agentprm.policy.policy_gradient import train_policy_gradient
-    from agentprm.policy.update import POLICY_GRADIENT_KEY
+    from agentprm.policy.update import POLICY_GRADIENT, UpdateResult
 
     cfg, it, seed = loop.cfg.policy_gradient, f"iter_{i}", loop.cfg.seed + i
     # groups are π_{i-1}'s own episodes from the task start (Reset-50-50 is refused at config load)
@@ -24,16 +24,16 @@ def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks,
 
     def update(out: Path) -> None:
         model, tokenizer, prompt = load_causal_lm(prev), load_tokenizer(prev), PromptConfig.load(prev)
-        meta = {"config": cfg.to_dict(), "process_beta": process_beta, "seed": seed, "reference": str(prev),
-                "advantages": "gigpo" if gigpo else "spro" if process_beta else "grpo"}
+        details = {"process_beta": process_beta, "advantages": "gigpo" if gigpo else "spro" if process_beta else "grpo"}
         if cfg.lora.r:   # adapters on π_{i-1} (models/lora.py)
             from agentprm.models.lora import add_lora, trainable
 
             model = add_lora(model, cfg.lora, seed=seed)
-            meta["lora"] = trainable(model)
-        meta["history"] = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)),
-                                                cfg, process_beta, seed, progress=loop.progress, gigpo=gigpo)
-        save_policy(model, tokenizer, out, prompt, merge=cfg.lora.merge, **{POLICY_GRADIENT_KEY: meta})
+            details["lora"] = trainable(model)
+        history = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)), cfg,
+                                        process_beta, seed, progress=loop.progress, gigpo=gigpo)
+        result = UpdateResult(POLICY_GRADIENT, history, cfg.to_dict(), seed, str(prev), details)
+        save_policy(model, tokenizer, out, prompt, merge=cfg.lora.merge, **result.meta())
 
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", update)
     loop.evaluate_iteration(i, policy, None, eval_tasks)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentprm.loop.algos import register_algorithm
+from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, register_algorithm
 from agentprm.loop.policy_stage import update_policy
 
 
@@ -18,7 +18,7 @@ def demos_path(loop, train_tasks) -> Path:
     return loop.demos(train_tasks)
 
 
-@register_algorithm("inverse-prm")
+@register_algorithm("inverse-prm", uses=(*POLICY_UPDATE_FIELDS, "exploration.reset_frac"))
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     from agentprm.agent.lm import LMAgent
     from agentprm.prm.inverse import read_episodes, train_inverse_prm

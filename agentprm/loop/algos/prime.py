@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentprm.loop.algos import register_algorithm
+from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, register_algorithm
 from agentprm.loop.policy_stage import update_policy
 
 
-@register_algorithm("prime")
+@register_algorithm("prime", uses=POLICY_UPDATE_FIELDS)
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     from agentprm.data.trajectories import iter_episodes, read_trajectories
     from agentprm.prm.prime import ImplicitPRM, train_prime

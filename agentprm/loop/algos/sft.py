@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentprm.loop.algos import register_algorithm
+from agentprm.loop.algos.registry import register_algorithm
 from agentprm.loop.algos.inverse_prm import demos_path
 
 CONTROL_EPOCHS = 3.0   # a few passes over the few demos of the run's train tasks (the method comparison's setting)
