@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from agentprm.policy.advantages import (anchor_step_advantages, cumulative_process_rewards, gigpo_advantages,
-                                        group_outcome_advantages, masked_step_advantages, pad_steps, per_token_layout,
-                                        returns_to_go, spro_advantages)
+                                        group_outcome_advantages, masked_step_advantages, pad_steps, spro_advantages)
+from agentprm.targets.mc import returns_to_go
 
 
 def test_group_outcome_advantages_hand_computed():
@@ -67,11 +67,11 @@ GROUP_REWARDS = [[0, 0, 1], [0, 0, 0], [0, 1]]      # won, lost, won
 
 
 def test_step_returns_are_discounted_from_the_step():
-    assert returns_to_go([0, 0, 1], 0.5) == [0.25, 0.5, 1.0] and returns_to_go([0, 1], 0.5) == [0.5, 1.0]
+    assert returns_to_go([0, 0, 1], 0.5).tolist() == [0.25, 0.5, 1.0] and returns_to_go([0, 1], 0.5).tolist() == [0.5, 1.0]
 
 
 def test_gigpo_advantages_of_a_hand_built_group():
-    returns, mask = pad_steps([returns_to_go(r, 0.5) for r in GROUP_REWARDS])   # [.25 .5 1] [0 0 0] [.5 1 -]
+    returns, mask = pad_steps([returns_to_go(r, 0.5).tolist() for r in GROUP_REWARDS])   # [.25 .5 1] [0 0 0] [.5 1 -]
     outcomes = torch.tensor([1.0, 0.0, 1.0])
     # mean only: A^E = o − 2/3; A: returns (.25, 0, .5) − .25 → (0, −.25, +.25); B: (.5, 0) − .25 → ±.25
     adv = gigpo_advantages(outcomes, returns, mask, GROUP_ANCHORS, omega=1.0, std_norm=False, eps=0.0)
@@ -94,7 +94,7 @@ def test_gigpo_step_advantage_is_zero_for_lone_states_and_padding():
 
 
 def test_gigpo_without_shared_states_is_exactly_grpo():
-    returns, mask = pad_steps([returns_to_go(r, 0.95) for r in GROUP_REWARDS])
+    returns, mask = pad_steps([returns_to_go(r, 0.95).tolist() for r in GROUP_REWARDS])
     outcomes = torch.tensor([1.0, 0.0, 1.0])
     distinct = [[f"{i}{t}" for t in range(len(r))] for i, r in enumerate(GROUP_REWARDS)]
     assert torch.equal(gigpo_advantages(outcomes, returns, mask, distinct),
@@ -105,12 +105,6 @@ def test_process_rewards_are_detached():
     lr = torch.tensor([[1.0, 2.0], [0.5, 0.5]], requires_grad=True)
     adv = spro_advantages(torch.tensor([1.0, 0.0]), lr, torch.ones(2, 2), beta=0.1)
     assert not adv.requires_grad
-
-
-def test_per_token_layout_concatenates_turns():
-    values, mask = per_token_layout([[[0.1, 0.2], [0.3]], [[1.0]]])
-    assert torch.allclose(values, torch.tensor([[0.1, 0.2, 0.3], [1.0, 0.0, 0.0]]))
-    assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
 # ------------------------------------------------------------------ the policy-gradient update and the loop algos

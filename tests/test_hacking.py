@@ -12,8 +12,8 @@ from agentprm.agent.state import AgentState
 from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.envs.base import Turn
 from agentprm.models import build_model
-from agentprm.policy.hacking import (HackingConfig, HackingDetector, HackingWarning, ProbeResult, hold_out,
-                                     returns_to_go)
+from agentprm.policy.hacking import HackingConfig, HackingDetector, HackingWarning, ProbeResult, hold_out
+from agentprm.targets.mc import returns_to_go
 from agentprm.policy.online_dpo import train_online_dpo
 from agentprm.policy.config import PolicyUpdateConfig
 from agentprm.train.config import TrainConfig
@@ -134,7 +134,7 @@ def test_probe_spearman_below_threshold_alarms(states):
 
 
 def test_helpers(states):
-    assert returns_to_go([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
+    assert returns_to_go([0.0, 0.0, 1.0], 0.5).tolist() == [0.25, 0.5, 1.0]
     monitor, rest = hold_out(states, 3, seed=0)
     assert len(monitor) == 3 and len(rest) == 5 and {s.key() for s in monitor + rest} == {s.key() for s in states}
     assert hold_out(states, 3, seed=0)[0] == monitor

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from agentprm.prm.inverse import inverse_prm_loss, make_loss_fn, transition_deltas
+from agentprm.prm.inverse import inverse_loss_fn, inverse_prm_loss, transition_deltas
 from agentprm.train.config import TrainConfig
 from agentprm.train.core import train
 
@@ -74,7 +74,7 @@ def test_corrected_loss_separates_expert_from_learner():
     f = table.f.detach()
     assert (f[:, EXPERT_ACTION] > f[:, 1:].max(dim=1).values).all()     # learned Q prefers the expert's action
     # the loss wrapper for the training core computes the same Δ and reports the accuracy
-    loss, metrics = make_loss_fn(1.0)(table, data)
+    loss, metrics = inverse_loss_fn(1.0)(table, data)
     assert float(loss.detach()) == pytest.approx(float(inverse_prm_loss(delta, expert)), rel=1e-5)
     assert metrics["accuracy"] == 1.0
 

@@ -94,8 +94,8 @@ def test_returns_to_go_with_dense_rewards_and_several_episodes():
     turns = np.array([0, 1, 2, 0, 0, 1], dtype=np.int32)
     rewards = np.array([1.0, 0.5, 0.25, 2.0, 0.0, 1.0], dtype=np.float32)
     expected = [1 + 0.9 * 0.5 + 0.81 * 0.25, 0.5 + 0.9 * 0.25, 0.25, 2.0, 0.9, 1.0]
-    np.testing.assert_allclose(returns_to_go(turns, rewards, 0.9), expected, rtol=1e-12)
-    np.testing.assert_array_equal(returns_to_go(turns, rewards, 0.0), rewards)
+    np.testing.assert_allclose(returns_to_go(rewards, 0.9, turns), expected, rtol=1e-12)
+    np.testing.assert_array_equal(returns_to_go(rewards, 0.0, turns), rewards)
 
 
 def test_shared_prefix_is_averaged_until_the_episodes_diverge():

@@ -14,10 +14,11 @@ from agentprm.agent.encoding import PromptConfig, end_of_turn_id, prompt_ids, re
 from agentprm.agent.format import format_reply
 from agentprm.agent.lm import HFBackend
 from agentprm.agent.remote import BackendConfig, OpenAIBackend
-from agentprm.agent.serving import VLLMServer, has_vllm
+from agentprm.agent.serving import VLLMServer, vllm_python
 from agentprm.agent.state import AgentState
 from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
+from agentprm.errors import UserError
 from agentprm.models import load_causal_lm, load_tokenizer
 
 pytestmark = pytest.mark.vllm
@@ -26,7 +27,9 @@ POLICY = Path(agentprm.__file__).parent / "assets" / "policy"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not has_vllm():
+    try:
+        vllm_python()
+    except UserError:
         if os.environ.get("AGENTPRM_REQUIRE_VLLM"):
             pytest.fail("no Python with vLLM (make vllm-venv)")
         pytest.skip("no Python with vLLM: make vllm-venv")

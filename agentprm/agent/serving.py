@@ -135,10 +135,3 @@ def _die_with_parent() -> None:
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
-
-def has_vllm() -> bool:
-    try:
-        vllm_python()
-        return True
-    except UserError:
-        return False

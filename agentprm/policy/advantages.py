@@ -76,15 +76,6 @@ def spro_advantages(outcomes: torch.Tensor, log_ratios: torch.Tensor, mask: torc
     return outcome + masked_step_advantages(cumulative_process_rewards(log_ratios, mask, beta), mask)
 
 
-def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
-    """Σ_{k≥t} γ^(k−t) r_k for each step t of one episode."""
-    out, g = [], 0.0
-    for r in reversed(rewards):
-        g = r + gamma * g
-        out.append(g)
-    return out[::-1]
-
-
 def anchor_step_advantages(returns: torch.Tensor, mask: torch.Tensor, anchors: Sequence[Sequence[Hashable]],
                            std_norm: bool = True, eps: float = STD_EPS) -> torch.Tensor:
     """GiGPO's A^S, shape (G, T): each step's return normalised within the steps of the group that share its anchor
@@ -108,7 +99,3 @@ def gigpo_advantages(outcomes: torch.Tensor, returns: torch.Tensor, mask: torch.
     episode = _normalised(outcomes.float(), std_norm, eps)[:, None] * mask
     return episode + omega * anchor_step_advantages(returns, mask, anchors, std_norm, eps)
 
-
-def per_token_layout(turn_token_log_ratios: Sequence[Sequence[Sequence[float]]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token granularity: for each episode, its turns' token log-ratios laid end to end → (G, N) and mask."""
-    return pad_steps([[x for turn in episode for x in turn] for episode in turn_token_log_ratios])

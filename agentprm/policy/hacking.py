@@ -32,7 +32,7 @@ from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.agent.state import AgentState
-from agentprm.policy.advantages import returns_to_go
+from agentprm.targets.mc import returns_to_go
 from agentprm.policy.config import HackingConfig
 from agentprm.prm.metrics import spearman
 from agentprm.rollout.play import play_tasks
@@ -71,7 +71,7 @@ def episode_probe(tasks: Sequence, per_task: int, seed: int, max_steps: int, gam
         for episode in episodes:
             if episode.error:
                 continue
-            returns += returns_to_go([s.reward for s in episode.steps], gamma)
+            returns += returns_to_go([s.reward for s in episode.steps], gamma).tolist()
             for state, reply in episode_states(episode):
                 states.append(state)
                 replies.append(reply)

@@ -29,7 +29,8 @@ from agentprm.agent.encoding import PromptConfig
 from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, encode_episode
 from agentprm.agent.scoring import reply_logprobs
 from agentprm.data.trajectories import EpisodeRecord, StepRecord
-from agentprm.policy.advantages import gigpo_advantages, pad_steps, returns_to_go, spro_advantages
+from agentprm.policy.advantages import gigpo_advantages, pad_steps, spro_advantages
+from agentprm.targets.mc import returns_to_go
 from agentprm.policy.config import PolicyGradientConfig
 from agentprm.train.core import train
 
@@ -58,7 +59,7 @@ def encode_groups(episodes: Iterable[EpisodeRecord], tokenizer, prompt_cfg: Prom
             continue
         group = [encode_episode(e, tokenizer, prompt_cfg) for e in records]
         if gigpo is not None:
-            returns, mask = pad_steps([returns_to_go([s.reward for s in e.steps], gigpo.gigpo_gamma) for e in records])
+            returns, mask = pad_steps([returns_to_go([s.reward for s in e.steps], gigpo.gigpo_gamma).tolist() for e in records])
             adv = gigpo_advantages(torch.tensor([float(e.won) for e in records]), returns, mask,
                                    [[anchor_state(s) for s in e.steps] for e in records], gigpo.gigpo_omega,
                                    gigpo.gigpo_std_norm)

@@ -68,7 +68,7 @@ def transition_deltas(model, batch: Sequence[tuple[Any, Any | None, bool]], gamm
     return f - gamma * next_term
 
 
-def make_loss_fn(gamma: float) -> Callable:
+def inverse_loss_fn(gamma: float) -> Callable:
     """loss_fn(model, batch) for the training core; works for any model with `logits_of` (a PRM, a table)."""
     def loss_fn(model, batch: Sequence[tuple[Any, Any | None, bool]]) -> tuple[torch.Tensor, dict[str, float]]:
         delta = transition_deltas(model, batch, gamma)
@@ -144,7 +144,7 @@ def train_inverse_prm(demos: str | Path, rollouts: str | Path, policy, init: str
     prm = ProcessRewardModel.init(init, seed=cfg.seed)
     examples = encode_transitions(prm, transitions)
     initial = accuracy(prm, examples, gamma)
-    history = train(prm, examples, make_loss_fn(gamma), cfg, description="InversePRM", progress=progress)
+    history = train(prm, examples, inverse_loss_fn(gamma), cfg, description="InversePRM", progress=progress)
     metrics = {"loss": LOSS_NAME, "init": str(init), "demos": str(demos), "rollouts": str(rollouts),
                "gamma": gamma, "expert_transitions": n_pos, "learner_transitions": len(transitions) - n_pos,
                "initial": initial, "final": accuracy(prm, examples, gamma), "history": history,

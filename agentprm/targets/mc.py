@@ -84,10 +84,13 @@ def state_keys(table: pa.Table) -> list[str]:
     return keys
 
 
-def returns_to_go(turns: np.ndarray, rewards: np.ndarray, gamma: float) -> np.ndarray:
-    """Σ_{k≥t} γ^(k−t) r_k for every row, for rows sorted by (episode_id, turn) with turns 0..n-1. Backwards in
-    turn order, vectorised across episodes: G_t = r_t + γ G_{t+1}, every row of turn t at once."""
-    g = rewards.astype(np.float64)
+def returns_to_go(rewards, gamma: float, turns: np.ndarray | None = None) -> np.ndarray:
+    """Σ_{k≥t} γ^(k−t) r_k for every row: of one episode's rewards in turn order, or (with `turns`) of rows sorted
+    by (episode_id, turn) with turns 0..n-1. Backwards in turn order, vectorised across episodes:
+    G_t = r_t + γ G_{t+1}, every row of turn t at once. The one return-to-go of the package (MC targets, GiGPO's
+    step returns, the hacking detector's probe)."""
+    g = np.asarray(rewards, dtype=np.float64).copy()
+    turns = np.arange(len(g)) if turns is None else turns
     has_next = np.zeros(len(turns), dtype=bool)
     has_next[:-1] = turns[1:] == turns[:-1] + 1  # the next row continues the same episode
     order = np.argsort(turns, kind="stable")
@@ -121,7 +124,7 @@ def mc_targets(table: pa.Table, gamma: float) -> pa.Table:
     if not 0.0 <= gamma <= 1.0:
         raise UserError(f"--gamma {gamma}: must be in [0, 1]")
     keys = state_keys(table)
-    g = returns_to_go(table["turn"].to_numpy(), table["reward"].to_numpy(), gamma)
+    g = returns_to_go(table["reward"].to_numpy(), gamma, table["turn"].to_numpy())
     visits = pa.table({"state_key": keys, "reply": _codes(table["action"])[0], "g": g,
                        "row": np.arange(len(keys), dtype=np.int64)})
     counted = counted_rows(table)

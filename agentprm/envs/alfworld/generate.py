@@ -198,7 +198,7 @@ def load_scene(floorplan: int) -> Scene:
 
 
 @dataclass(frozen=True)
-class Goal:
+class GoalSpec:
     task_type: str
     object_target: str
     parent_target: str = ""
@@ -209,7 +209,7 @@ class Goal:
                 "toggle_target": self.toggle_target, "mrecep_target": "", "object_sliced": False}
 
 
-def start_hosts(scene: Scene, otype: str, goal: Goal) -> list[Receptacle]:
+def start_hosts(scene: Scene, otype: str, goal: GoalSpec) -> list[Receptacle]:
     """Receptacles an object of `otype` may start in. The target of a place task never starts in a receptacle
     of the goal's type, or the game would be (half) won at reset."""
     can_hold = [r for r in scene.receptacles if otype in alfred().can_contain.get(r.type, ())]
@@ -218,7 +218,7 @@ def start_hosts(scene: Scene, otype: str, goal: Goal) -> list[Receptacle]:
     return can_hold
 
 
-def goal_options(scene: Scene, task_type: str) -> list[Goal]:
+def goal_options(scene: Scene, task_type: str) -> list[GoalSpec]:
     """Every goal of `task_type` this scene supports (ALFRED's object/receptacle filters are not applied)."""
     a = alfred()
     if scene.room not in a.task_rooms[task_type]:
@@ -227,14 +227,14 @@ def goal_options(scene: Scene, task_type: str) -> list[Goal]:
     if task_type == "look_at_obj_in_light":
         if not (scene.has_desk_lamp and LAMP_HOSTS.intersection(rtypes)):
             return []
-        goals = [Goal(task_type, o, toggle_target=DESK_LAMP) for o in scene.object_types]
+        goals = [GoalSpec(task_type, o, toggle_target=DESK_LAMP) for o in scene.object_types]
     else:
         objects, station = scene.object_types, STATIONS.get(task_type)
         if station:
             if station.receptacle not in rtypes:
                 return []
             objects = tuple(o for o in objects if o in a.affordances[station.affordance])
-        goals = [Goal(task_type, o, r) for o in objects for r in rtypes
+        goals = [GoalSpec(task_type, o, r) for o in objects for r in rtypes
                  if o in a.can_contain.get(r, ()) and not (station and r == station.receptacle)]
     return [g for g in goals if start_hosts(scene, g.object_target, g)]
 
@@ -244,7 +244,7 @@ def candidate_floorplans(split: str, task_type: str) -> tuple[int, ...]:
     return tuple(fp for fp in floorplans() if split_of(fp) == split and goal_options(load_scene(fp), task_type))
 
 
-def task_sentence(goal: Goal, rng: random.Random) -> str:
+def task_sentence(goal: GoalSpec, rng: random.Random) -> str:
     """alfworld's `get_templated_task_desc`, but drawing the template from our RNG (upstream uses the global
     `random`, which would make games depend on unrelated state)."""
     template = rng.choice(alfred().goals[goal.task_type]["templates"])
@@ -255,7 +255,7 @@ def task_sentence(goal: Goal, rng: random.Random) -> str:
 # ---------------------------------------------------------------------------------------------------- placement
 
 
-def place_items(scene: Scene, goal: Goal, rng: random.Random) -> list[Item]:
+def place_items(scene: Scene, goal: GoalSpec, rng: random.Random) -> list[Item]:
     items: list[Item] = []
     for otype in scene.object_types:
         hosts = start_hosts(scene, otype, goal)
@@ -285,7 +285,7 @@ def mangle(alfred_id: str) -> str:
     return "".join(_MANGLE.get(ch, ch) for ch in alfred_id)
 
 
-def pddl_problem(name: str, scene: Scene, items: Sequence[Item], goal: Goal) -> str:
+def pddl_problem(name: str, scene: Scene, items: Sequence[Item], goal: GoalSpec) -> str:
     a = alfred()
     location = {r.id: f"loc|{i}|0|0|30" for i, r in enumerate(scene.receptacles)}  # one location per receptacle
     declare = ["agent1 - agent"]
@@ -320,7 +320,7 @@ def _item_facts(item: Item, location: str) -> list[str]:
     return facts
 
 
-def traj_data(goal: Goal, floorplan: int) -> dict:
+def traj_data(goal: GoalSpec, floorplan: int) -> dict:
     return {"task_type": goal.task_type, "pddl_params": goal.pddl_params(),
             "scene": {"floor_plan": f"FloorPlan{floorplan}"}, "turk_annotations": {"anns": []}}
 
@@ -383,7 +383,7 @@ class _Walker:
         self.commands.append(f"use {self.name[lamp]}")
 
 
-def walkthrough(scene: Scene, items: Sequence[Item], goal: Goal) -> list[str]:
+def walkthrough(scene: Scene, items: Sequence[Item], goal: GoalSpec) -> list[str]:
     """A plan written from the known layout: fetch the target(s), change state at the station, put them away."""
     walker = _Walker(scene, items)
     targets = [i.id for i in items if i.type == goal.object_target]
@@ -416,7 +416,7 @@ class GameJob:
 class GameDraft:
     name: str           # folder name: split, index, type and a seed-derived id
     floorplan: int
-    goal: Goal
+    goal: GoalSpec
     game: dict          # game.tw-pddl content
     traj: dict          # traj_data.json content
 
