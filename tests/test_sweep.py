@@ -7,7 +7,7 @@ import pytest
 
 from agentprm.errors import UserError
 from agentprm.loop.config import LoopConfig, from_dict
-from agentprm.loop.sweep import load_variants, shared_stages
+from agentprm.loop.sweep import load_sweep, shared_stages
 
 ALL = {"tasks_train", "tasks_eval", "demos", "policy_0", "eval_pi0", "iter_1/rollouts"}
 TARGETS = {"iter_1/targets", "iter_1/prm"}
@@ -44,7 +44,7 @@ def test_variants_merge_section_by_section_and_name_the_bad_field(tmp_path):
     path = tmp_path / "sweep.yaml"
     path.write_text("base: {rollout: {per_task: 2, max_steps: 20}, eval: {best_of_n: []}}\n"
                     "variants:\n  none: {}\n  shaped: {targets: {shaping_alpha: 0.5}, rollout: {per_task: 3}}\n")
-    variants = load_variants(path)
+    variants = load_sweep(path).variants
     assert list(variants) == ["none", "shaped"]
     assert variants["none"].rollout.per_task == 2 and variants["none"].targets.shaping_alpha == 0.0
     shaped = variants["shaped"]
@@ -52,20 +52,20 @@ def test_variants_merge_section_by_section_and_name_the_bad_field(tmp_path):
     assert shaped.eval.best_of_n == [] and shaped.rollout.temperature == LoopConfig().rollout.temperature
     path.write_text("variants:\n  bad: {exploration: {reset_frac: 2}}\n")
     with pytest.raises(UserError, match=r"variants.bad: field 'exploration.reset_frac'"):
-        load_variants(path)
+        load_sweep(path).variants
     path.write_text("base: {}\n")
     with pytest.raises(UserError, match="'variants'"):
-        load_variants(path)
+        load_sweep(path).variants
     (tmp_path / "broken.yaml").write_text("rollout: [\n")   # a base file is read like any config: one-line errors
     path.write_text(f"base: {tmp_path / 'broken.yaml'}\nvariants: {{a: {{}}}}\n")
     with pytest.raises(UserError, match="broken.yaml: not valid YAML"):
-        load_variants(path)
+        load_sweep(path).variants
 
 
 @pytest.mark.parametrize("sweep", sorted((Path(__file__).parents[1] / "configs" / "sweeps").glob("*.yaml")),
                          ids=lambda p: p.name)
 def test_shipped_sweeps_load(sweep):
-    assert len(load_variants(sweep)) >= 1
+    assert len(load_sweep(sweep).variants) >= 1
 
 
 @pytest.mark.slow   # minutes: run by `make test-all` and CI

@@ -128,11 +128,6 @@ def load_sweep(path: str | Path) -> Sweep:
     return Sweep(variants, data.get("baseline"), bool(data.get("paper", False)), search)
 
 
-def load_variants(path: str | Path) -> dict[str, LoopConfig]:
-    """The variants of a sweep file (see `load_sweep`)."""
-    return load_sweep(path).variants
-
-
 def search_rows(cfg: LoopConfig, seeds: list[int], runs: Path, saved: Path, width: int, expand: int,
                 resume: bool) -> dict[int, list[dict]]:
     """{seed: [Best-of-(width·expand) row, beam(width, expand) row]} with the last π and Q of the runs under `runs`
