@@ -188,3 +188,30 @@ def test_a_log_or_pipe_gets_the_whole_table(capsys, monkeypatch):
     print_results(rows, "t", comparisons({0: rows}, resamples=200))
     out = capsys.readouterr().out
     assert "pi1+beam2x2-uniform" in out and "…" not in out
+
+
+def test_an_eval_row_is_a_typed_record_with_the_run_folders_stage_names():
+    """Rows were identified by parsing their stage names (`name.split("_")`); an EvalRow carries the fields the
+    report and the paired comparisons key on, and names its stage exactly as the run folders always did (so resumed
+    runs find their evals)."""
+    from agentprm.data.summary import row_key
+    from agentprm.eval.paired import CONTROL
+    from agentprm.eval.play import EvalRow
+
+    names = {EvalRow("pi0", 0): "pi0", EvalRow("pi2", 2, 4): "pi2_bon4",
+             EvalRow("pi1", 1, 4, "bon4" + CONTROL): "pi1_bon4_uniform", EvalRow("pi1", 1, 4, "beam2x2"): "pi1_beam2x2",
+             EvalRow("pi1", 1, 4, "beam2x2" + CONTROL): "pi1_beam2x2_uniform"}
+    assert {row: row.stage for row in names} == names
+    summary = {"success_rate": 0.5, "ci95": [0.1, 0.9], "episodes": 2, "by_type": {}, "per_task": {"t": [1, 2]}}
+    rec = EvalRow("pi1", 1, 4, "beam2x2").record(summary)
+    assert row_key(rec) == ("pi1", 1, 4, "beam2x2") and rec["per_task"] == {"t": [1, 2]}
+    assert "search" not in EvalRow("pi1", 1).record(summary)   # greedy rows carry no search field, as before
+
+
+def test_play_eval_refuses_a_search_without_a_critic():
+    from agentprm.eval.play import EvalPlay, play_eval
+
+    with pytest.raises(ValueError, match="need a critic"):
+        play_eval(object(), [], EvalPlay(), best_of=4)
+    with pytest.raises(ValueError, match="need a critic"):
+        play_eval(object(), [], EvalPlay(), beam=(2, 2))

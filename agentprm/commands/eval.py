@@ -5,7 +5,7 @@ play them (the `eval` section's step budget, the `rollout` section's envs)."""
 from __future__ import annotations
 
 from agentprm.commands.common import add_common, add_config_flags, add_device_flags, add_max_errors, write_summary
-from agentprm.commands.rollout import add_policy_args, make_agent, play
+from agentprm.commands.rollout import add_policy_args, make_agent
 from agentprm.errors import require
 from agentprm.loop.config import EvalConfig
 from agentprm.outputs import declare
@@ -37,18 +37,15 @@ def run(args) -> int:
     require(not searching or args.temperature > 0, "--best-of/--beam-width sample replies: pass --temperature > 0")
     agent = make_agent(args)
     from agentprm.data.summary import check_env_errors, print_table
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.eval.play import EvalPlay, play_eval
 
-    if searching:
-        prm = _critic(args)
-        if args.beam_width:
-            episodes, summary = _beam(args, agent, prm)
-        else:
-            from agentprm.search.best_of_n import BestOfNAgent
-
-            agent = BestOfNAgent(agent, prm, args.best_of)
-            episodes, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
-    else:
-        episodes, summary = play(args, agent, tag="eval", per_task=args.episodes_per_task)
+    how = EvalPlay(args.episodes_per_task, args.max_steps, args.seed, args.num_envs, args.workers)
+    beam = (args.beam_width, args.beam_expand) if args.beam_width else None
+    episodes, summary = play_eval(agent, load_tasks(args.tasks), how, critic=_critic(args) if searching else None,
+                                  best_of=args.best_of, beam=beam)
+    if beam:
+        summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
     summary["policy"] = agent.name
     print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
     write_summary(args, summary)
@@ -64,14 +61,3 @@ def _critic(args):
     from agentprm.prm.loading import load_prm
 
     return load_prm(args.prm)
-
-
-def _beam(args, agent, prm) -> tuple[list, dict]:
-    from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.search.beam import play_beam
-
-    episodes, summary = play_beam(load_tasks(args.tasks), agent, prm, width=args.beam_width,
-                                  expand=args.beam_expand, max_steps=args.max_steps, seed=args.seed,
-                                  workers=args.workers or 2, per_task=args.episodes_per_task)
-    summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
-    return episodes, summary

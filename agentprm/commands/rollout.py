@@ -47,14 +47,6 @@ def make_agent(args: argparse.Namespace):
     return LMAgent.load(args.policy, backend=backend, mode=args.mode, temperature=args.temperature, seed=args.seed)
 
 
-def play(args: argparse.Namespace, agent, tag: str, per_task: int) -> tuple[list, dict]:
-    from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.rollout.play import play_tasks
-
-    return play_tasks(agent, load_tasks(args.tasks), per_task=per_task, seed=args.seed,
-                      max_steps=args.max_steps, tag=tag, num_envs=args.num_envs, workers=args.workers)
-
-
 def register(sub) -> None:
     p = sub.add_parser("rollout", help="play a policy on tasks; write trajectories (Parquet shards)")
     add_policy_args(p)

@@ -115,38 +115,22 @@ class Loop:
 
         train_sft(self.demos(train_tasks), out, self.cfg.policy0.sft, seed=self.cfg.seed, progress=self.progress)
 
-    def evaluate(self, name: str, agent, eval_tasks, iteration: int, best_of_n: int = 1, beam=None,
-                 search: str = "") -> dict:
-        """The eval stage evals/<name>.json and its results row: `agent()` played greedily (or as Best-of-N), or with
-        `beam` = (width, expand) beam search with the critic `agent()` returns as (generator, critic); `search` names
-        the row's search (data/summary.py RESULT_KEY)."""
-        from agentprm.rollout.play import play_tasks
-        from agentprm.search import play_beam
+    def evaluate(self, row, agent, eval_tasks, critic=None, beam: tuple[int, int] | None = None) -> dict:
+        """The eval stage evals/<row.stage>.json and its results row (`row`: eval/play.py EvalRow): `agent()` played
+        greedily, or with `critic()` as Best-of-`row.best_of_n` or beam search with `beam` = (width, expand)."""
+        from agentprm.eval.play import EvalPlay, play_eval
 
-        c, seed = self.cfg.eval, self.cfg.seed + 1000
+        c, r = self.cfg.eval, self.cfg.rollout
+        how = EvalPlay(c.episodes_per_task, c.max_steps, self.cfg.seed + 1000, r.num_envs, r.workers, self.progress)
 
         def build(out: Path) -> None:
-            if beam:
-                (width, expand), (gen, critic) = beam, agent()
-                episodes, summary = play_beam(eval_tasks, gen, critic, width=width, expand=expand,
-                                              max_steps=c.max_steps, seed=seed,
-                                              workers=self.cfg.rollout.workers or os.cpu_count() or 1,
-                                              per_task=c.episodes_per_task)
-            else:
-                episodes, summary = play_tasks(agent(), eval_tasks, per_task=c.episodes_per_task, seed=seed,
-                                               max_steps=c.max_steps, tag=f"eval-{name}",
-                                               num_envs=self.cfg.rollout.num_envs, workers=self.cfg.rollout.workers,
-                                               progress=self.progress)
-            self.check_errors(f"eval_{name}", episodes)
+            episodes, summary = play_eval(agent(), eval_tasks, how, critic=critic() if critic else None,
+                                          best_of=1 if beam else row.best_of_n, beam=beam, tag=f"eval-{row.stage}")
+            self.check_errors(f"eval_{row.stage}", episodes)
             write_json(out, summary)
 
-        summary = json.loads(self.stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
-        policy = name.split("_")[0]
-        self.rows.append({"policy": policy, "iteration": iteration, "best_of_n": best_of_n,
-                          **({"search": search} if search else {}),
-                          "success_rate": summary["success_rate"], "ci95": summary["ci95"],
-                          "episodes": summary["episodes"], "by_type": summary["by_type"],
-                          **({"per_task": summary["per_task"]} if "per_task" in summary else {})})
+        summary = json.loads(self.stages.run(f"eval_{row.stage}", f"evals/{row.stage}.json", build).read_text())
+        self.rows.append(row.record(summary))
         return summary
 
     def check_errors(self, stage: str, episodes) -> None:
@@ -229,30 +213,31 @@ class Loop:
         with a uniform critic in Q_i's place."""
         from agentprm.agent.lm import LMAgent
         from agentprm.eval.paired import CONTROL
+        from agentprm.eval.play import EvalRow
         from agentprm.prm.loading import load_prm
-        from agentprm.search import BestOfNAgent, UniformCritic
+        from agentprm.search import UniformCritic
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
-        self.evaluate(f"pi{i}", lambda: self.load_agent(policy_dir, mode=mode, seed=seed, name=f"pi{i}"), eval_tasks, i)
+        self.evaluate(EvalRow(f"pi{i}", i), lambda: self.load_agent(policy_dir, mode=mode, seed=seed, name=f"pi{i}"),
+                      eval_tasks)
         if prm_dir is None:
             return
 
         def sampler() -> LMAgent:
             return self.load_agent(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
-                                name=f"pi{i}")
+                                   name=f"pi{i}")
 
         critics = {"": lambda: load_prm(prm_dir)}     # row suffix -> the critic; "" is Q_i
         if self.cfg.eval.critic_control:
             critics[CONTROL] = lambda: UniformCritic(seed)
         w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
         for suffix, critic in critics.items():
-            stage = suffix.replace("-", "_")
             for n in self.cfg.eval.best_of_n:
-                self.evaluate(f"pi{i}_bon{n}{stage}", lambda n=n, critic=critic: BestOfNAgent(sampler(), critic(), n),
-                              eval_tasks, i, best_of_n=n, search=f"bon{n}{suffix}" if suffix else "")
+                self.evaluate(EvalRow(f"pi{i}", i, n, f"bon{n}{suffix}" if suffix else ""), sampler, eval_tasks,
+                              critic=critic)
             if w:
-                self.evaluate(f"pi{i}_beam{w}x{e}{stage}", lambda critic=critic: (sampler(), critic()), eval_tasks, i,
-                              best_of_n=w * e, beam=(w, e), search=f"beam{w}x{e}{suffix}")
+                self.evaluate(EvalRow(f"pi{i}", i, w * e, f"beam{w}x{e}{suffix}"), sampler, eval_tasks, critic=critic,
+                              beam=(w, e))
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:
@@ -276,7 +261,10 @@ class Loop:
         train_tasks, eval_tasks = self.tasks()
         policy = self.policy0(train_tasks)
         mode = self.cfg.rollout.mode
-        self.evaluate("pi0", lambda: self.load_agent(policy, mode=mode, seed=self.cfg.seed, name="pi0"), eval_tasks, 0)
+        from agentprm.eval.play import EvalRow
+
+        self.evaluate(EvalRow("pi0", 0), lambda: self.load_agent(policy, mode=mode, seed=self.cfg.seed, name="pi0"),
+                      eval_tasks)
         for i in range(1, self.cfg.iterations + 1):
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
             meta = json.loads((policy / "agentprm.json").read_text())

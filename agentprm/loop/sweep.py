@@ -136,9 +136,8 @@ def search_rows(cfg: LoopConfig, seeds: list[int], runs: Path, saved: Path, widt
     from agentprm.agent.lm import LMAgent
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.io import write_json
+    from agentprm.eval.play import EvalPlay, play_eval
     from agentprm.prm.loading import load_prm
-    from agentprm.rollout.play import play_tasks
-    from agentprm.search import BestOfNAgent, play_beam
 
     per_seed: dict[int, list[dict]] = {}
     for seed in seeds:
@@ -151,10 +150,9 @@ def search_rows(cfg: LoopConfig, seeds: list[int], runs: Path, saved: Path, widt
         gen = lambda: LMAgent.load(run / last / "policy", mode=cfg.rollout.mode,  # noqa: E731
                                    temperature=cfg.eval.bon_temperature, seed=seed)
         prm = load_prm(run / last / "prm")
-        _, bon = play_tasks(BestOfNAgent(gen(), prm, width * expand), tasks, per_task=cfg.eval.episodes_per_task,
-                            seed=seed + 1000, max_steps=cfg.eval.max_steps, tag="bon")
-        _, beam = play_beam(tasks, gen(), prm, width=width, expand=expand, max_steps=cfg.eval.max_steps,
-                            seed=seed + 1000, workers=2, per_task=cfg.eval.episodes_per_task)
+        how = EvalPlay(cfg.eval.episodes_per_task, cfg.eval.max_steps, seed + 1000)
+        _, bon = play_eval(gen(), tasks, how, critic=prm, best_of=width * expand, tag="bon")
+        _, beam = play_eval(gen(), tasks, dataclasses.replace(how, workers=2), critic=prm, beam=(width, expand))
         per_seed[seed] = [{"policy": f"BoN-{width * expand}", "iteration": cfg.iterations, "best_of_n": width * expand,
                            **bon}, {"policy": f"beam-{width}x{expand}", "iteration": cfg.iterations,
                                     "best_of_n": width * expand, **beam}]

@@ -1,0 +1,300 @@
+"""The critic's learning curve (issue 26): how well a PRM ranks π0's own alternatives at one state on games it never
+saw, as a function of distinct train tasks (and so rollouts), the PRM's objective and its capacity.
+
+    python scripts/critic_curve.py --out runs/curve --tasks 48 240 1000 --seeds 0 1
+
+- **Held-out truth.** π0 (the bundled policy) plays `--eval-tasks` games of the eval split greedily (its floor plans
+  are disjoint from the train split's); `--states` of the states it visits (two or more admissible commands) are
+  sampled, and at each π0's top-4 commands are labelled Q^π0 by a greedy continuation of π0 in the simulator
+  (rollout/oracle.py; exact, the engine being deterministic), discounted from the turn like the MC targets.
+- **Train data.** π0's stage-1 rollouts (T 1, `--per-task` per game) on the first n games of the train split. Game k
+  does not depend on the split's size and every point's rollouts are kept in one shard folder that grows block by
+  block, so the points are nested: the 240-game point holds the 48-game point's rollouts.
+- **A point** (n, variant, seed): MC targets at γ on those rollouts (targets/mc.py), a PRM trained on all of them
+  (prm/train.py; the variant names the loss, the init and the epochs), scored on the held-out states: pairwise
+  accuracy over the pairs the oracle separates, mean per-state Spearman, and a 95% bootstrap CI over held-out
+  states for the accuracy. The train-side same-state accuracy (its own targets) is kept beside it: the gap is the
+  generalisation the curve is about.
+
+Every stage is resumable (StageRunner under --out): a rerun with a larger --tasks list plays only the new games'
+rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from agentprm.agent.lm import LMAgent
+from agentprm.agent.replay import episode_states
+from agentprm.data.tables import write_with_info
+from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories
+from agentprm.envs.alfworld.generate import generate_tasks
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.io import provenance, write_json, write_text
+from agentprm.loop.run import DEFAULT_POLICY
+from agentprm.loop.stages import StageRunner, run_lock
+from agentprm.prm.config import PrmDataConfig
+from agentprm.prm.loading import load_prm
+from agentprm.prm.metrics import pairwise_accuracy, spearman
+from agentprm.prm.train import train_prm
+from agentprm.rollout.engine import episode_jobs, run_episodes
+from agentprm.rollout.oracle import OracleCritic
+from agentprm.rollout.play import play_tasks
+from agentprm.targets.mc import drop_failed_episodes, mc_targets, read_rollout_columns
+from agentprm.train.config import TrainConfig
+
+GAMMA, MAX_STEPS, TOP = 0.9, 30, 4          # the quickstart's γ and step budget; π0's top-4 commands per state
+PER_TASK = 6                                # the quickstart's rollouts per train game
+
+
+@dataclass(frozen=True)
+class Variant:
+    loss: str
+    init: str = "policy"      # "policy" = π0's weights (0.5 M parameters), or a preset trained from scratch
+    epochs: float = 2.0
+
+
+VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers study found ranks best (8 epochs)
+    "soft-bce": Variant("soft-bce"),
+    "bradley-terry": Variant("bradley-terry", epochs=8.0),
+    "soft-bce-small": Variant("soft-bce", init="small"),        # ~4 M parameters, from scratch
+}
+
+
+def heldout(stages: StageRunner, eval_tasks: int, n_states: int, workers: int | None) -> Path:
+    """Greedy π0 episodes on eval games, sampled states, π0's top-4 commands there and their oracle Q^π0."""
+    def build(out: Path) -> None:
+        tasks = generate_tasks(out / "tasks", "eval", eval_tasks, 0, workers=workers or 2, progress=False)
+        pi0 = LMAgent.load(DEFAULT_POLICY, mode="choose", seed=0, name="pi0")
+        with ShardWriter(out / "episodes") as writer:
+            episodes, _ = play_tasks(pi0, tasks, per_task=1, seed=2000, max_steps=MAX_STEPS, tag="heldout",
+                                     workers=workers, writer=writer, progress=False)
+        refs = [(e.episode_id, t, s) for e in episodes for t, (s, _) in enumerate(episode_states(e))
+                if len(s.admissible) > 1]
+        refs = random.Random(0).sample(refs, min(n_states, len(refs)))
+        top = LMAgent.load(DEFAULT_POLICY, mode="choose", distinct=True).sample([s for *_, s in refs],
+                                                                               [None] * len(refs), TOP)
+        flat = [(ref, a) for ref, cands in zip(refs, top) for a in cands]
+        with OracleCritic.greedy(DEFAULT_POLICY, tasks, mode="choose", gamma=GAMMA, max_steps=MAX_STEPS,
+                                 workers=workers) as oracle:
+            q = oracle.score([s for (*_, s), _ in flat], [a for _, a in flat]).tolist()
+            if oracle.errors:
+                raise RuntimeError(f"{oracle.errors} oracle continuations hit an env error")
+        pq.write_table(pa.table({"episode_id": [r[0] for r, _ in flat], "turn": [r[1] for r, _ in flat],
+                                 "state_key": [r[2].key() for r, _ in flat], "action": [a for _, a in flat],
+                                 "q_oracle": q}), out / "labels.parquet")
+    return stages.run("heldout", "heldout", build)
+
+
+def load_heldout(folder: Path) -> tuple[list, list[str], np.ndarray]:
+    labels = pq.read_table(folder / "labels.parquet").to_pydict()
+    wanted = set(zip(labels["episode_id"], labels["turn"]))
+    states = {}
+    for e in iter_episodes(read_trajectories(folder / "episodes")):
+        for t, (s, _) in enumerate(episode_states(e)):
+            if (e.episode_id, t) in wanted:
+                states[(e.episode_id, t)] = s
+    flat = [states[ref] for ref in zip(labels["episode_id"], labels["turn"])]
+    assert [s.key() for s in flat] == labels["state_key"], "held-out states replayed differently"
+    return flat, labels["action"], np.asarray(labels["q_oracle"])
+
+
+def train_split(stages: StageRunner, n: int, workers: int | None) -> list:
+    folder = stages.run(f"tasks_train_{n}", f"tasks/train-{n}", lambda out: generate_tasks(
+        out, "train", n, 0, workers=workers or 2, progress=False))
+    return load_tasks(folder)
+
+
+def play_rollouts(out: Path, tasks: list, per_task: int, workers: int | None) -> None:
+    """π0's rollouts of `tasks` into the one growing shard folder; episodes already there are kept (resume)."""
+    folder = out / "rollouts"
+    done = (set(read_rollout_columns(folder)["episode_id"].to_pylist())
+            if folder.is_dir() and any(folder.glob("*.parquet")) else set())
+    jobs = [j for j in episode_jobs(tasks, per_task, 0, MAX_STEPS, tag="rollout") if j.episode_id not in done]
+    if not jobs:
+        return
+    pi0 = LMAgent.load(DEFAULT_POLICY, mode="choose", temperature=1.0, seed=len(done), name="pi0")
+    with ShardWriter(folder) as writer:
+        run_episodes(jobs, pi0, num_envs=16, num_workers=workers, writer=writer, description=f"rollouts {len(tasks)}")
+
+
+def tag(n: int, per_task: int) -> str:
+    """A point's name: n games, and the rollouts per game where they are not the default's."""
+    return f"n{n}" if per_task == PER_TASK else f"n{n}_k{per_task}"
+
+
+def targets(stages: StageRunner, out: Path, tasks: list, per_task: int) -> Path:
+    """MC targets of the first `per_task` rollouts (repeat index k < per_task) of each of `tasks`."""
+    ids = pa.array([t.task_id for t in tasks])
+
+    def build(path: Path) -> None:
+        table = read_rollout_columns(out / "rollouts")
+        table = table.filter(pc.is_in(table["task_id"], value_set=ids))
+        repeat = np.array([int(e.rsplit("-", 1)[1]) for e in table["episode_id"].to_pylist()], dtype=np.int64)
+        table = table.filter(pa.array(repeat < per_task))
+        kept = drop_failed_episodes(table)
+        write_with_info(path, mc_targets(kept, GAMMA), {
+            "kind": "mc-targets", "rollouts": str((out / "rollouts").resolve()), "gamma": GAMMA,
+            "episodes": len(pc.unique(kept["episode_id"])), "steps": kept.num_rows, "tasks": len(tasks), "per_task": per_task})
+    name = tag(len(tasks), per_task)
+    return stages.run(f"targets_{name[1:]}", f"targets/{name}.parquet", build)
+
+
+def ranking(pred: np.ndarray, truth: np.ndarray, groups: list[str], boot: int = 2000) -> dict:
+    """Same-state pairwise accuracy with a bootstrap CI over states, and the mean per-state Spearman."""
+    acc, pairs = pairwise_accuracy(pred.tolist(), truth.tolist(), groups)
+    by_state: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        by_state.setdefault(g, []).append(i)
+    right, count, rhos = [], [], []
+    for idx in by_state.values():
+        a, n = pairwise_accuracy(pred[idx].tolist(), truth[idx].tolist(), [""] * len(idx))
+        right.append((a or 0.0) * n)
+        count.append(n)
+        rho = spearman(pred[idx], truth[idx])
+        if rho is not None:
+            rhos.append(rho)
+    right, count = np.asarray(right), np.asarray(count)
+    draw = np.random.default_rng(0).integers(0, len(count), (boot, len(count)))
+    sample = right[draw].sum(1) / np.maximum(count[draw].sum(1), 1)
+    return {"pairwise_accuracy": acc, "pairs": pairs, "ci95": [float(np.quantile(sample, 0.025)),
+                                                                float(np.quantile(sample, 0.975))],
+            "mean_state_spearman": float(np.mean(rhos)) if rhos else None, "states": len(count),
+            "states_separated": int((count > 0).sum()), "state_right": right.tolist(), "state_pairs": count.tolist()}
+
+
+def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str, seed: int, held: tuple) -> None:
+    variant, n = VARIANTS[name], len(tasks)
+    target_file = targets(stages, out, tasks, per_task)
+
+    def build(folder: Path) -> None:
+        init = str(DEFAULT_POLICY) if variant.init == "policy" else variant.init
+        metrics = train_prm(target_file, init, variant.loss, folder / "prm",
+                            TrainConfig(epochs=variant.epochs, seed=seed), PrmDataConfig(heldout_frac=0.0))
+        states, actions, truth = held
+        pred = load_prm(folder / "prm").score(states, actions).numpy()
+        write_json(folder / "result.json", {
+            "tasks": n, "rollouts": n * per_task, "variant": name, "seed": seed, **ranking(pred, truth, [s.key() for s in states]),
+            "train": metrics["final"]["train"], "examples": metrics["examples"], "prm_seconds": metrics["seconds"]})
+    stages.run(f"point_{name}_{tag(n, per_task)}_s{seed}", f"points/{name}/{tag(n, per_task)}/s{seed}", build)
+
+
+def pooled(results: list[dict], base: list[dict] | None, boot: int = 2000) -> tuple[float, list, list | None]:
+    """Pairwise accuracy pooled over seeds (pairs summed), its 95% bootstrap CI over held-out states (one draw of
+    states for every seed), and the paired difference from `base` (the same states and seeds) with its CI."""
+    right = np.array([r["state_right"] for r in results]).sum(0)
+    count = np.array([r["state_pairs"] for r in results]).sum(0)
+    draw = np.random.default_rng(0).integers(0, len(count), (boot, len(count)))
+    acc = lambda rt, c: rt[draw].sum(1) / c[draw].sum(1)  # noqa: E731
+    ci = np.quantile(acc(right, count), [0.025, 0.975]).tolist()
+    if base is None:
+        return right.sum() / count.sum(), ci, None
+    seeds = {r["seed"] for r in results} & {r["seed"] for r in base}
+    pick = lambda rs, key: np.array([r[key] for r in rs if r["seed"] in seeds]).sum(0)  # noqa: E731
+    a = acc(pick(results, "state_right"), pick(results, "state_pairs"))
+    b = acc(pick(base, "state_right"), pick(base, "state_pairs"))
+    point = (pick(results, "state_right").sum() / pick(results, "state_pairs").sum()
+             - pick(base, "state_right").sum() / pick(base, "state_pairs").sum())
+    return right.sum() / count.sum(), ci, [float(point), *np.quantile(a - b, [0.025, 0.975]).tolist()]
+
+
+def report(out: Path, held: tuple) -> None:
+    """Every point trained so far under `out` (this run's and earlier runs'): one row per seed, and the seeds pooled
+    per point with the paired difference from the variant's smallest point."""
+    results = []
+    for path in sorted((out / "points").glob("*/n*/s*/result.json")):
+        r = json.loads(path.read_text())
+        if "state_right" not in r:   # points trained before the per-state counts were kept: scored again
+            states, actions, truth = held
+            pred = load_prm(path.parent / "prm").score(states, actions).numpy()
+            r.update({k: v for k, v in ranking(pred, truth, [s.key() for s in states]).items()
+                      if k in ("state_right", "state_pairs")})
+        results.append(r)
+    fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["variant"], r["tasks"], r["rollouts"]), []).append(r)
+    lines = ["| variant | train games | rollouts | seeds | held-out pairwise acc. (seeds pooled) | 95% CI (states) | "
+             "Δ vs the variant's smallest point | paired 95% CI |", "|---|---|---|---|---|---|---|---|"]
+    summary = []
+    for key in sorted(groups):
+        smallest = min(k for k in groups if k[0] == key[0])
+        acc, ci, delta = pooled(groups[key], groups[smallest] if key != smallest else None)
+        summary.append({"variant": key[0], "tasks": key[1], "rollouts": key[2], "seeds": len(groups[key]),
+                        "pairwise_accuracy": acc, "ci95": ci, "delta_vs": list(smallest[1:]), "delta": delta})
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(groups[key])} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | "
+                     + (f"{delta[0]:+.3f} | [{delta[1]:+.3f}, {delta[2]:+.3f}] |" if delta else "— | — |"))
+    lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
+              "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):
+        lines.append(f"| {r['tasks']} | {r['rollouts']} | {r['variant']} | {r['seed']} | {r['examples']} | "
+                     f"{fmt(r['pairwise_accuracy'])} ({r['pairs']} pairs) | [{fmt(r['ci95'][0])}, "
+                     f"{fmt(r['ci95'][1])}] | {fmt(r['mean_state_spearman'])} | {fmt(r['train']['pairwise_accuracy'])}"
+                     f" ({r['train']['pairs']}) | {r['prm_seconds']:.0f} |")
+    write_text(out / "curve.md", "\n".join(lines) + "\n")
+    write_json(out / "curve.json", {"pooled": summary, "points": [{k: v for k, v in r.items() if not
+                                                                   k.startswith("state_")} for r in results],
+                                    "provenance": provenance(None, None)})
+    print("\n".join(lines))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in sorted({s["variant"] for s in summary}):
+        games = [s for s in summary if s["variant"] == name and s["rollouts"] == PER_TASK * s["tasks"]]
+        line = ax.errorbar([s["rollouts"] for s in games], [s["pairwise_accuracy"] for s in games],
+                           yerr=np.abs(np.array([s["ci95"] for s in games]).T - [s["pairwise_accuracy"] for s in games]),
+                           marker="o", capsize=3, label=f"{name}: more games, {PER_TASK} rollouts each")
+        deeper = [s for s in summary if s["variant"] == name and s["rollouts"] != PER_TASK * s["tasks"]]
+        if deeper:
+            ax.scatter([s["rollouts"] for s in deeper], [s["pairwise_accuracy"] for s in deeper], marker="s",
+                       color=line[0].get_color(), label=f"{name}: more rollouts per game")
+    ax.axhline(0.5, color="grey", lw=0.8, ls="--")
+    ax.set(xscale="log", xlabel="rollouts of π0 (train data)",
+           ylabel="held-out same-state pairwise accuracy", title="The critic's learning curve")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "curve.png", dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tasks", type=int, nargs="+", default=[48, 240, 1000], help="train games per point (nested)")
+    ap.add_argument("--per-task", type=int, default=PER_TASK,
+                    help="rollouts of π0 per train game (the first k of each game's, where more were played)")
+    ap.add_argument("--variants", nargs="+", default=["soft-bce", "bradley-terry"], choices=sorted(VARIANTS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="PRM seeds (init, data order)")
+    ap.add_argument("--eval-tasks", type=int, default=72)
+    ap.add_argument("--states", type=int, default=200, help="held-out states labelled by the oracle")
+    ap.add_argument("--workers", type=int, default=None, help="env worker processes (default: CPU count)")
+    ap.add_argument("--report-only", action="store_true", help="write the tables and plot of the points done")
+    args = ap.parse_args()
+    if args.report_only:
+        return report(args.out, load_heldout(args.out / "heldout"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    with run_lock(args.out):
+        stages = StageRunner(args.out, resume=True)
+        held = load_heldout(heldout(stages, args.eval_tasks, args.states, args.workers))
+        for n in sorted(args.tasks):
+            tasks = train_split(stages, n, args.workers)
+            play_rollouts(args.out, tasks, args.per_task, args.workers)
+            for name in args.variants:
+                for seed in args.seeds:
+                    point(stages, args.out, tasks, args.per_task, name, seed, held)
+                    report(args.out, held)
+
+
+if __name__ == "__main__":
+    main()
