@@ -1,0 +1,62 @@
+"""A miniature of the large-regime pipeline (issue 26), run as a user runs the study: scripts/critic_curve.py on
+generated (and cached) tasks, π0's rollouts written as shards into one folder that grows, MC targets of a nested
+subset, a PRM trained from them and scored against the Monte-Carlo oracle on held-out games — then extended by a
+second run that adds rollouts per game without touching what the first one wrote."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from agentprm.envs.alfworld.tasks import load_tasks
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "critic_curve.py"
+
+
+def _run(out: Path, *args: str) -> None:
+    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--seeds", "0", "--states", "12", "--eval-tasks", "4",
+           "--variants", "soft-bce", "--workers", "2", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=os.environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _episodes(folder: Path) -> set[str]:
+    return {e for p in folder.glob("*.parquet") for e in pq.read_table(p, columns=["episode_id"])["episode_id"]
+            .to_pylist()}
+
+
+@pytest.mark.slow
+def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
+    out = tmp_path / "curve"
+    _run(out, "--tasks", "3", "6", "--per-task", "2")
+    first = {p.name: p.stat().st_mtime_ns for p in (out / "rollouts").glob("*.parquet")}
+    episodes = _episodes(out / "rollouts")
+    assert len(episodes) == 6 * 2                       # the 3-game point's rollouts are the 6-game point's first
+    labels = pq.read_table(out / "heldout" / "labels.parquet").to_pydict()
+    assert len(set(labels["state_key"])) == 12 and all(0.0 <= q <= 1.0 for q in labels["q_oracle"])
+    curve = json.loads((out / "curve.json").read_text())
+    assert [(p["tasks"], p["rollouts"]) for p in curve["points"]] == [(3, 6), (6, 12)]
+    for p in curve["points"]:
+        assert 0.0 <= p["pairwise_accuracy"] <= 1.0 and p["pairs"] > 0 and p["ci95"][0] <= p["ci95"][1]
+    targets = {n: pq.read_table(out / "targets" / f"n{n}_k2.parquet") for n in (3, 6)}
+    assert set(targets[3]["task_id"].to_pylist()) < set(targets[6]["task_id"].to_pylist())
+
+    # more rollouts per game for the first 3 games: only the missing episodes are played, the shards stay
+    _run(out, "--tasks", "3", "--per-task", "3")
+    assert all((out / "rollouts" / name).stat().st_mtime_ns == t for name, t in first.items())
+    first_games = {t.task_id for t in load_tasks(out / "tasks" / "train-3")}
+    assert len(first_games) == 3
+    assert _episodes(out / "rollouts") - episodes == {f"rollout-s0-{t}-2" for t in first_games}
+    deeper = pq.read_table(out / "targets" / "n3_k3.parquet")
+    repeats = {int(e.rsplit("-", 1)[1]) for e in deeper["episode_id"].to_pylist()}
+    assert repeats <= {0, 1, 2} and len(set(deeper["task_id"].to_pylist())) <= 3
+    curve = json.loads((out / "curve.json").read_text())
+    assert {(p["tasks"], p["rollouts"]) for p in curve["points"]} == {(3, 6), (6, 12), (3, 9)}
+    pooled = {(p["tasks"], p["rollouts"]): p for p in curve["pooled"]}
+    assert pooled[(3, 6)]["delta"] is None and pooled[(6, 12)]["delta_vs"] == [3, 6]
+    assert (out / "curve.md").read_text().count("| soft-bce |") == 3 + 3   # the pooled rows, then one per seed
