@@ -5,22 +5,46 @@ stages of the run). Used by the algorithms that improve π against a critic (age
 from __future__ import annotations
 
 import json
+import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentprm.errors import UserError
 from agentprm.loop.stages import StageRunner
+from agentprm.policy.config import HackingConfig, PolicyUpdateConfig
+from agentprm.prm.config import PrmConfig
 
 if TYPE_CHECKING:   # loop/config.py imports the algorithms, which import this module
-    from agentprm.loop.config import LoopConfig
+    from agentprm.loop.config import LoopConfig, RolloutConfig
 
 
-def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_dir: Path, rollouts: Path,
+@dataclass(frozen=True)
+class PolicyStage:
+    """What stage 3 reads of a run — its own sections and the few settings it shares — instead of the whole
+    LoopConfig: the update (`policy`), how the oracle's, the search's and the probe's episodes are played
+    (`rollout`), the hacking detector (`hacking`) and its extra PRMs, fitted like Q_i (`prm`)."""
+    seed: int                       # the run's: iteration i's update is seeded seed + i; the search split's games
+    policy: PolicyUpdateConfig
+    rollout: RolloutConfig
+    hacking: HackingConfig
+    prm: PrmConfig
+    gamma: float                    # the oracle's and the probe's discount (targets.gamma)
+    steer_frac: float = 0.0         # exploration.steer_frac
+    types: list[str] | None = None  # task types of the generated search split (tasks.types)
+
+    @classmethod
+    def of(cls, cfg: LoopConfig) -> PolicyStage:
+        return cls(cfg.seed, cfg.policy, cfg.rollout, cfg.hacking, cfg.prm, cfg.targets.gamma,
+                   cfg.exploration.steer_frac, cfg.tasks.types)
+
+
+def update_policy(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, prm_dir: Path, rollouts: Path,
                   train_tasks, out: Path, progress: bool = True) -> None:
     """π_i from π_{i-1} (`prev`) against the critic, on the distinct states of `rollouts`; saved to `out`.
-    Online DPO (with `exploration.steer_frac` of the generations steered), kl-distill or beam-distill (searches the
-    train tasks); seeded with seed + i."""
+    Online DPO (with `steer_frac` of the generations steered), kl-distill or beam-distill (searches the train
+    tasks); seeded with seed + i."""
     from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.lm import LMAgent
     from agentprm.policy.online_dpo import rollout_states
@@ -33,7 +57,7 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
     states = rollout_states(rollouts)
     policy = LMAgent.load(prev, mode=r.mode, seed=seed, name=f"pi{i}")
     if c.critic == "oracle":
-        prm = OracleCritic.greedy(prev, train_tasks, mode=r.mode, gamma=cfg.targets.gamma, max_steps=r.max_steps,
+        prm = OracleCritic.greedy(prev, train_tasks, mode=r.mode, gamma=cfg.gamma, max_steps=r.max_steps,
                                   num_envs=r.num_envs, workers=r.workers, seed=seed)
     else:
         prm = load_prm(prm_dir) if c.critic == "prm" else UniformCritic(seed)
@@ -45,7 +69,7 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
         detector, states = hacking_detector(cfg, stages, i, prev, policy, prm, prm_dir, states, train_tasks,
                                             progress)
     result = run_update(policy, prm, states, c, UpdateContext(
-        seed, str(prev), progress=progress, on_log=detector, steer_frac=cfg.exploration.steer_frac,
+        seed, str(prev), progress=progress, on_log=detector, steer_frac=cfg.steer_frac,
         tasks=search_tasks, max_steps=r.max_steps, workers=r.workers or 2))
     if detector:
         result.details["hacking"] = detector.summary()
@@ -55,21 +79,19 @@ def update_policy(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, prm_
     save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, merge=c.lora.merge, **result.meta())
 
 
-def generated_train_split(cfg: LoopConfig, stages: StageRunner, num: int, progress: bool = True) -> list:
+def generated_train_split(cfg: PolicyStage, stages: StageRunner, num: int, progress: bool = True) -> list:
     """The first `num` games of the run's generated train split (game k does not depend on the split's size, so the
     loop's `tasks.train` games are among them), as the resumable stage tasks/search."""
-    import os
-
     from agentprm.envs.alfworld.generate import generate_tasks
     from agentprm.envs.alfworld.tasks import load_tasks
 
     folder = stages.run("tasks_search", "tasks/search", lambda out: generate_tasks(
-        out, "train", num, cfg.seed, types=cfg.tasks.types, progress=progress,
+        out, "train", num, cfg.seed, types=cfg.types, progress=progress,
         workers=cfg.rollout.workers or os.cpu_count() or 1))
-    return load_tasks(folder, cfg.tasks.types)
+    return load_tasks(folder, cfg.types)
 
 
-def hacking_detector(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, policy, prm, prm_dir: Path,
+def hacking_detector(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, policy, prm, prm_dir: Path,
                      states: list, train_tasks, progress: bool = True) -> tuple:
     """The detector for iteration i and the states left for the update: a seeded `hacking.monitor_states` of
     them are held out to monitor. The extra ensemble PRMs are resumable stages (iter_<i>/prm_ensemble/<k>),
@@ -100,6 +122,6 @@ def hacking_detector(cfg: LoopConfig, stages: StageRunner, i: int, prev: Path, p
     if h.probe_episodes > 0:
         tasks = random.Random(seed).sample(list(train_tasks), min(h.probe_episodes, len(train_tasks)))
         probe = episode_probe(tasks, per_task=1, seed=seed + 2000, max_steps=cfg.rollout.max_steps,
-                              gamma=cfg.targets.gamma, num_envs=cfg.rollout.num_envs, workers=cfg.rollout.workers)
+                              gamma=cfg.gamma, num_envs=cfg.rollout.num_envs, workers=cfg.rollout.workers)
     return HackingDetector(policy, prm, ensemble, monitor, h, probe, seed=seed,
                            temperature=cfg.policy.temperature), train_states

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from agentprm.errors import UserError
 from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, register_algorithm
-from agentprm.loop.policy_stage import update_policy
+from agentprm.loop.policy_stage import PolicyStage, update_policy
 
 
 def value_model(loop, train_tasks) -> Path:
@@ -65,6 +65,6 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
         targets_path, init, c.prm.loss, out, c.prm.train_config(seed), progress=loop.progress, lora=c.prm.lora))
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
-        c, loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
+        PolicyStage.of(c), loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)
     return policy

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, register_algorithm
-from agentprm.loop.policy_stage import update_policy
+from agentprm.loop.policy_stage import PolicyStage, update_policy
 
 
 def demos_path(loop, train_tasks) -> Path:
@@ -37,6 +37,6 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
 
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", fit)
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
-        c, loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
+        PolicyStage.of(c), loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)
     return policy

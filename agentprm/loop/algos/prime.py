@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, register_algorithm
-from agentprm.loop.policy_stage import update_policy
+from agentprm.loop.policy_stage import PolicyStage, update_policy
 
 
 @register_algorithm("prime", uses=POLICY_UPDATE_FIELDS)
@@ -26,6 +26,6 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
 
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", fit)
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
-        loop.cfg, loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
+        PolicyStage.of(loop.cfg), loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)
     return policy
