@@ -232,6 +232,14 @@ def report(out: Path, held: tuple) -> None:
                         "pairwise_accuracy": acc, "ci95": ci, "delta_vs": list(smallest[1:]), "delta": delta})
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(groups[key])} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | "
                      + (f"{delta[0]:+.3f} | [{delta[1]:+.3f}, {delta[2]:+.3f}] |" if delta else "— | — |"))
+    # the reference a learned critic must beat: π0's own preference (the candidates are stored in π0's top-4 order)
+    states, _, truth = held
+    keys, seen = [s.key() for s in states], {}
+    order = [-(seen.__setitem__(k, seen.get(k, -1) + 1) or seen[k]) for k in keys]
+    prior = ranking(np.asarray(order, dtype=float), truth, keys)
+    lines.append(f"| π0's own order of its top {TOP} (no PRM) | — | — | — | {prior['pairwise_accuracy']:.3f} | "
+                 f"[{prior['ci95'][0]:.3f}, {prior['ci95'][1]:.3f}] | — | — |")
+    summary.append({"variant": "pi0-order", "pairwise_accuracy": prior["pairwise_accuracy"], "ci95": prior["ci95"]})
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
               "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):
@@ -251,7 +259,8 @@ def report(out: Path, held: tuple) -> None:
     except ImportError:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in sorted({s["variant"] for s in summary}):
+    ax.axhline(prior["pairwise_accuracy"], color="black", lw=0.8, ls=":", label=f"π0's own order of its top {TOP}")
+    for name in sorted({s["variant"] for s in summary if s["variant"] != "pi0-order"}):
         games = [s for s in summary if s["variant"] == name and s["rollouts"] == PER_TASK * s["tasks"]]
         line = ax.errorbar([s["rollouts"] for s in games], [s["pairwise_accuracy"] for s in games],
                            yerr=np.abs(np.array([s["ci95"] for s in games]).T - [s["pairwise_accuracy"] for s in games]),
