@@ -260,3 +260,18 @@ def test_a_game_file_cannot_run_code(games, tmp_path):
         for _ in range(5):
             turn = env.step(turn.admissible[0])
     assert not marker.exists()
+
+
+def test_traj_data_that_is_not_an_object_is_a_one_line_error(tmp_path):
+    from agentprm.envs.alfworld.engine import TRAJ_FILE, read_traj_data
+    from agentprm.errors import UserError
+
+    game = tmp_path / "game.tw-pddl"
+    game.write_text("{}")
+    for text, says in (("[1, 2]", "must be a JSON object with a 'task_type' field, got list"),
+                       ('{"task_type": "fly"}', "field 'task_type' is 'fly'")):
+        (tmp_path / TRAJ_FILE).write_text(text)
+        with pytest.raises(UserError, match=says):
+            read_traj_data(game)
+    (tmp_path / TRAJ_FILE).write_text('{"task_type": "pick_and_place_simple"}')
+    assert read_traj_data(game)["task_type"] == "pick_and_place_simple"

@@ -41,6 +41,8 @@ def read_traj_data(game: Path) -> dict:
         data = json.loads(read_text(traj, MAX_GAME_BYTES))
     except json.JSONDecodeError as e:
         raise UserError(f"{traj}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict):   # a list or a number would fail below with an AttributeError, not a clear line
+        raise UserError(f"{traj}: must be a JSON object with a 'task_type' field, got {type(data).__name__}")
     if data.get("task_type") not in TASK_TYPES:
         raise UserError(f"{traj}: field 'task_type' is {data.get('task_type')!r}, not one of {', '.join(TASK_TYPES)}")
     return data
