@@ -6,7 +6,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "agentprm"
 # earliest first; a package (or top-level module) of agentprm may import only from its own layer and earlier ones
 LAYERS = [
-    ("__init__", "errors", "io", "outputs", "lazy", "progress", "ranges"),   # the package's version; shared utilities
+    ("__init__", "errors", "io", "outputs", "lazy", "progress", "ranges", "registry"),   # the package's version; shared utilities
     ("envs",),                      # text environments (ALFWorld), the env pool
     ("data",),                      # the records stages pass on: trajectories, tables, summaries
     ("models", "train"),            # model presets/loaders, the one training core

@@ -22,19 +22,18 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
 
 from agentprm.errors import UserError
 from agentprm.models.device import place
+from agentprm.registry import Registry
 
 MAX_POSITIONS = 1024
 ADAPTER_CONFIG = "adapter_config.json"   # a LoRA adapter folder (models/lora.py)
-PRESETS: dict[str, Callable[[], dict[str, Any]]] = {}
+PRESETS: Registry[Callable[[], dict[str, Any]]] = Registry("model preset")
 
 
 def register_preset(name: str):
     """Register a function returning LlamaConfig keyword arguments (vocabulary and special ids come from the
     tokenizer at build time)."""
     def add(fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
-        if name in PRESETS:
-            raise ValueError(f"model preset {name!r} is registered already")
-        PRESETS[name] = fn
+        PRESETS.add(name, fn)
         return fn
     return add
 
@@ -50,11 +49,10 @@ def small() -> dict[str, Any]:
 
 
 def preset_config(preset: str, tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
-    if preset not in PRESETS:
-        raise UserError(f"unknown model preset {preset!r}; known: {', '.join(PRESETS)}")
+    params = PRESETS.entry(preset)
     return LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                       pad_token_id=tokenizer.pad_token_id, **PRESETS[preset]())
+                       pad_token_id=tokenizer.pad_token_id, **params())
 
 
 def build_model(preset: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> LlamaForCausalLM:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from agentprm.agent.critic import Critic
-from agentprm.errors import UserError
 from agentprm.policy.config import PolicyUpdateConfig
+from agentprm.registry import Registry
 
 POLICY_GRADIENT = "policy-gradient"   # GRPO, SPRO, GiGPO (loop/algos/grpo.py): recorded like an update, run by the loop
 
@@ -80,23 +80,22 @@ class Update:
     searches: bool = False      # plays the train tasks itself (`UpdateContext.tasks`): policy.search_* apply
 
 
-UPDATES: dict[str, Update] = {}
+UPDATES: Registry[Update] = Registry("policy update")
 
 
 def register_update(name: str, *, watchable: bool = False, choose_only: bool = False, searches: bool = False):
     """Decorator adding an update under `name`; a name already taken is refused."""
+    if name == POLICY_GRADIENT:
+        raise ValueError(f"policy update {name!r} is the policy-gradient algorithms' record; choose another name")
+
     def add(fn: Callable) -> Callable:
-        if name in UPDATES or name == POLICY_GRADIENT:
-            raise ValueError(f"policy update {name!r} is registered already")
-        UPDATES[name] = Update(name, fn, watchable, choose_only, searches)
+        UPDATES.add(name, Update(name, fn, watchable, choose_only, searches))
         return fn
     return add
 
 
 def get_update(name: str) -> Update:
-    if name not in UPDATES:
-        raise UserError(f"unknown policy update {name!r}; known: {', '.join(UPDATES)}")
-    return UPDATES[name]
+    return UPDATES.entry(name)
 
 
 def run_update(policy, critic: Critic, states: Sequence, p: PolicyUpdateConfig, ctx: UpdateContext) -> UpdateResult:

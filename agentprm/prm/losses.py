@@ -18,8 +18,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from agentprm.errors import UserError
 from agentprm.prm.pqm import pqm_loss
+from agentprm.registry import Registry
 
 
 KINDS = ("pointwise", "pairwise", "trajectory")
@@ -36,7 +36,7 @@ class PrmLoss:
         return self.kind == "pairwise"
 
 
-PRM_LOSSES: dict[str, PrmLoss] = {}
+PRM_LOSSES: Registry[PrmLoss] = Registry("PRM loss")
 
 
 def register_prm_loss(name: str, kind: str = "pointwise"):
@@ -45,17 +45,13 @@ def register_prm_loss(name: str, kind: str = "pointwise"):
         raise ValueError(f"PRM loss {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
     def add(fn: Callable[[torch.Tensor, Any], torch.Tensor]):
-        if name in PRM_LOSSES:
-            raise ValueError(f"PRM loss {name!r} is registered already")
-        PRM_LOSSES[name] = PrmLoss(name, fn, kind)
+        PRM_LOSSES.add(name, PrmLoss(name, fn, kind))
         return fn
     return add
 
 
 def get_prm_loss(name: str) -> PrmLoss:
-    if name not in PRM_LOSSES:
-        raise UserError(f"unknown PRM loss {name!r}; known: {', '.join(PRM_LOSSES)}")
-    return PRM_LOSSES[name]
+    return PRM_LOSSES.entry(name)
 
 
 @register_prm_loss("soft-bce")

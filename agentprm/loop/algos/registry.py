@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from agentprm.errors import UserError
+from agentprm.registry import Registry
 
 if TYPE_CHECKING:
     from agentprm.loop.config import LoopConfig
@@ -38,23 +39,19 @@ class Algorithm:
     check: Callable[[LoopConfig, Callable[[str], str]], None] | None = None
 
 
-ALGORITHMS: dict[str, Algorithm] = {}
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
 
 
 def register_algorithm(name: str, uses: tuple[str, ...] = (), check: Callable | None = None):
     """Decorator adding an iteration function under `name`; a name already taken is refused."""
     def add(fn: Callable) -> Callable:
-        if name in ALGORITHMS:
-            raise ValueError(f"algorithm {name!r} is registered already")
-        ALGORITHMS[name] = Algorithm(name, fn, tuple(uses), check)
+        ALGORITHMS.add(name, Algorithm(name, fn, tuple(uses), check))
         return fn
     return add
 
 
 def get_algorithm(name: str) -> Algorithm:
-    if name not in ALGORITHMS:
-        raise UserError(f"config field 'algo': unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[name]
+    return ALGORITHMS.entry(name)
 
 
 def _value(cfg: LoopConfig, path: str):
