@@ -239,7 +239,6 @@ def report(out: Path, held: tuple) -> None:
     prior = ranking(np.asarray(order, dtype=float), truth, keys)
     lines.append(f"| π0's own order of its top {TOP} (no PRM) | — | — | — | {prior['pairwise_accuracy']:.3f} | "
                  f"[{prior['ci95'][0]:.3f}, {prior['ci95'][1]:.3f}] | — | — |")
-    summary.append({"variant": "pi0-order", "pairwise_accuracy": prior["pairwise_accuracy"], "ci95": prior["ci95"]})
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
               "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):
@@ -248,7 +247,8 @@ def report(out: Path, held: tuple) -> None:
                      f"{fmt(r['ci95'][1])}] | {fmt(r['mean_state_spearman'])} | {fmt(r['train']['pairwise_accuracy'])}"
                      f" ({r['train']['pairs']}) | {r['prm_seconds']:.0f} |")
     write_text(out / "curve.md", "\n".join(lines) + "\n")
-    write_json(out / "curve.json", {"pooled": summary, "points": [{k: v for k, v in r.items() if not
+    write_json(out / "curve.json", {"pooled": summary, "pi0_order": {k: v for k, v in prior.items()
+                                                                       if not k.startswith("state_")}, "points": [{k: v for k, v in r.items() if not
                                                                    k.startswith("state_")} for r in results],
                                     "provenance": provenance(None, None)})
     print("\n".join(lines))
@@ -260,7 +260,7 @@ def report(out: Path, held: tuple) -> None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.axhline(prior["pairwise_accuracy"], color="black", lw=0.8, ls=":", label=f"π0's own order of its top {TOP}")
-    for name in sorted({s["variant"] for s in summary if s["variant"] != "pi0-order"}):
+    for name in sorted({s["variant"] for s in summary}):
         games = [s for s in summary if s["variant"] == name and s["rollouts"] == PER_TASK * s["tasks"]]
         line = ax.errorbar([s["rollouts"] for s in games], [s["pairwise_accuracy"] for s in games],
                            yerr=np.abs(np.array([s["ci95"] for s in games]).T - [s["pairwise_accuracy"] for s in games]),

@@ -60,3 +60,4 @@ def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
     pooled = {(p["tasks"], p["rollouts"]): p for p in curve["pooled"]}
     assert pooled[(3, 6)]["delta"] is None and pooled[(6, 12)]["delta_vs"] == [3, 6]
     assert (out / "curve.md").read_text().count("| soft-bce |") == 3 + 3   # the pooled rows, then one per seed
+    assert 0.0 <= curve["pi0_order"]["pairwise_accuracy"] <= 1.0 and "π0's own order" in (out / "curve.md").read_text()

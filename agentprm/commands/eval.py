@@ -46,7 +46,7 @@ def run(args) -> int:
                                   best_of=args.best_of, beam=beam)
     if beam:
         summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
-    summary["policy"] = agent.name
+    summary["policy"] = f"{agent.name}+bon{args.best_of}" if args.best_of > 1 else agent.name   # BestOfNAgent's name
     print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
     write_summary(args, summary)
     check_env_errors(episodes, args.max_errors, "", "pass --max-errors {n}")   # after the table and the JSON
