@@ -39,6 +39,7 @@ def run(args) -> int:
     from agentprm.data.summary import check_env_errors, print_table
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.eval.play import EvalPlay, play_eval
+    from agentprm.search import BestOfNAgent
 
     how = EvalPlay(args.episodes_per_task, args.max_steps, args.seed, args.num_envs, args.workers)
     beam = (args.beam_width, args.beam_expand) if args.beam_width else None
@@ -46,7 +47,7 @@ def run(args) -> int:
                                   best_of=args.best_of, beam=beam)
     if beam:
         summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
-    summary["policy"] = f"{agent.name}+bon{args.best_of}" if args.best_of > 1 else agent.name   # BestOfNAgent's name
+    summary["policy"] = BestOfNAgent.label(agent.name, args.best_of) if args.best_of > 1 else agent.name
     print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
     write_summary(args, summary)
     check_env_errors(episodes, args.max_errors, "", "pass --max-errors {n}")   # after the table and the JSON

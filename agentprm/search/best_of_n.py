@@ -16,7 +16,12 @@ class BestOfNAgent:
 
     def __init__(self, generator, prm: Critic, n: int):
         self.generator, self.prm, self.n = generator, prm, n
-        self.name = f"{generator.name}+bon{n}"
+        self.name = self.label(generator.name, n)
+
+    @staticmethod
+    def label(generator_name: str, n: int) -> str:
+        """The name Best-of-`n` of a generator plays under (rows, tables, `agentprm eval`'s summary)."""
+        return f"{generator_name}+bon{n}"
 
     def act(self, states: Sequence, turns: Sequence[Turn]) -> list[str]:
         samples = self.generator.sample(states, turns, self.n)
