@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agentprm.data.summary import pooled_rows, rate_cells
 from agentprm.eval.paired import comparisons_table, paired_difference
+from agentprm.eval.play import EvalPlay, play_eval
 from agentprm.io import write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.search import UniformCritic
@@ -30,7 +31,6 @@ def main() -> None:
     args = ap.parse_args()
     from agentprm.agent.lm import LMAgent
     from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.search import play_beam
 
     w, e, rows = args.width, args.expand, {"greedy": {}, "beam (Q)": {}, "beam (uniform critic)": {}}
     for seed in args.seeds:
@@ -45,8 +45,8 @@ def main() -> None:
             tasks = load_tasks(cfg.tasks.eval_dir or run / "tasks/eval", cfg.tasks.types)
             gen = LMAgent.load(run / f"iter_{last}" / "policy", mode=cfg.rollout.mode,
                                temperature=cfg.eval.bon_temperature, seed=seed)
-            _, beam = play_beam(tasks, gen, UniformCritic(seed), width=w, expand=e, max_steps=cfg.eval.max_steps,
-                                seed=seed + 1000, workers=2, per_task=cfg.eval.episodes_per_task)
+            how = EvalPlay(cfg.eval.episodes_per_task, cfg.eval.max_steps, seed + 1000, workers=2)
+            _, beam = play_eval(gen, tasks, how, critic=UniformCritic(seed), beam=(w, e))
             write_json(saved, {"policy": f"beam-{w}x{e} (uniform)", "iteration": last, "best_of_n": w * e, **beam})
         rows["beam (uniform critic)"][seed] = json.loads(saved.read_text())
     per_task = {name: {s: r["per_task"] for s, r in by_seed.items()} for name, by_seed in rows.items()}

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from agentprm import cli
+from agentprm.cli import run_command
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "agentprm" / "assets" / "policy"
 SETTINGS = {
@@ -48,17 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def agentprm(*argv) -> None:
-    print("$ agentprm", " ".join(map(str, argv)), flush=True)
-    if cli.main([str(a) for a in argv]) != 0:
-        sys.exit(f"stage failed: agentprm {argv[0]}")
-
-
 def games(work: Path, split: str, num: int, args: argparse.Namespace) -> Path:
     folder = work / f"{split}-{num}-s{args.seed}"
     if not (folder / "tasks.jsonl").exists():
-        agentprm("tasks", "generate", "--out", folder, "--split", split, "--num", num, "--seed", args.seed,
-                 "--workers", args.workers, "--force")
+        run_command("tasks", "generate", "--out", folder, "--split", split, "--num", num, "--seed", args.seed,
+                    "--workers", args.workers, "--force")
     return folder
 
 
@@ -66,13 +59,13 @@ def build(args: argparse.Namespace, work: Path) -> None:
     train, held_out = games(work, "train", args.train_games, args), games(work, "eval", args.eval_games, args)
     demos = work / f"demos-{train.name}.parquet"
     if not demos.exists():
-        agentprm("demos", "--tasks", train, "--out", demos, "--workers", args.workers, "--seed", args.seed)
+        run_command("demos", "--tasks", train, "--out", demos, "--workers", args.workers, "--seed", args.seed)
     prompt = ["--history-turns", args.history_turns] if args.history_turns is not None else []
-    agentprm("sft", "--demos", demos, "--out", args.out, "--model", args.model, "--epochs", args.epochs,
-             "--time-budget", args.time_budget, "--seed", args.seed, "--renumber-copies", args.renumber_copies,
-             *prompt)
-    agentprm("eval", "--policy", args.out, "--tasks", held_out, "--seed", args.seed, "--mode", args.mode,
-             "--workers", args.workers, "--json", args.out / "eval.json")
+    run_command("sft", "--demos", demos, "--out", args.out, "--model", args.model, "--epochs", args.epochs,
+                "--time-budget", args.time_budget, "--seed", args.seed, "--renumber-copies", args.renumber_copies,
+                *prompt)
+    run_command("eval", "--policy", args.out, "--tasks", held_out, "--seed", args.seed, "--mode", args.mode,
+                "--workers", args.workers, "--json", args.out / "eval.json")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from agentprm.agent.lm import LMAgent
-from agentprm.data.summary import pooled_rows, rate_cells, wilson_ci
+from agentprm.data.summary import pooled_rows, rate_cells, restricted
 from agentprm.eval.paired import comparisons_table, paired_difference
+from agentprm.eval.play import EvalPlay, play_eval
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.config import load_config
 from agentprm.loop.stages import StageRunner
 from agentprm.prm.loading import load_prm
 from agentprm.prm.metrics import pairwise_accuracy, spearman
 from agentprm.rollout.play import play_tasks
-from agentprm.search.best_of_n import BestOfNAgent
 
 RANK_STATES = 150   # held-out states whose candidates Q1 and the oracle both score
 # π1 variants trained here (the run's own π1 is "pi1 (Q1)"): label, critic, update method, distinct samples
@@ -68,28 +68,27 @@ def one_run(run: Path, k: int) -> dict:
         return OracleCritic.greedy(pi0, tasks, mode=mode, gamma=cfg.targets.gamma, max_steps=max_steps,
                                    num_envs=cfg.rollout.num_envs, workers=cfg.rollout.workers, seed=seed)
 
-    def evaluate(name: str, make_agent, tasks) -> dict:
+    how = EvalPlay(e.episodes_per_task, e.max_steps, seed + 1000, cfg.rollout.num_envs, cfg.rollout.workers)
+
+    def evaluate(name: str, make_agent, tasks, critic_name: str | None = None) -> dict:
+        """`make_agent()` played on `tasks` (the loop's eval settings), as Best-of-N with the named critic if any."""
         def build(out: Path) -> None:
-            agent, closer = make_agent()
-            _, summary = play_tasks(agent, tasks, per_task=e.episodes_per_task, seed=seed + 1000,
-                                    max_steps=e.max_steps, tag=f"eval-{name}", num_envs=cfg.rollout.num_envs,
-                                    workers=cfg.rollout.workers)
-            if closer is not None:
-                summary["oracle_episodes"], summary["oracle_errors"] = closer.episodes, closer.errors
-                closer.close()
+            critic = None if critic_name is None else oracle(tasks, e.max_steps) if critic_name == "oracle" \
+                else load_prm(prm1)
+            _, summary = play_eval(make_agent(), tasks, how, critic=critic, best_of=n if critic else 1,
+                                   tag=f"eval-{name}")
+            if isinstance(critic, OracleCritic):
+                summary["oracle_episodes"], summary["oracle_errors"] = critic.episodes, critic.errors
+                critic.close()
             write_json(out, summary)
         return json.loads(stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
 
-    def bon(critic_name: str):
-        def make():
-            gen = LMAgent.load(pi0, mode=mode, temperature=e.bon_temperature, seed=seed + 1, name="pi0")
-            critic = oracle(few, e.max_steps) if critic_name == "oracle" else load_prm(prm1)
-            return BestOfNAgent(gen, critic, n), critic if critic_name == "oracle" else None
-        return make
+    def sampler():
+        return LMAgent.load(pi0, mode=mode, temperature=e.bon_temperature, seed=seed + 1, name="pi0")
 
-    rows = {"pi0 (subset)": _restrict(json.loads((run / "evals/pi0.json").read_text()), few),
-            f"BoN-{n}(pi0, Q_oracle)": evaluate(f"pi0_bon{n}_oracle", bon("oracle"), few),
-            f"BoN-{n}(pi0, Q1)": evaluate(f"pi0_bon{n}_q1", bon("q1"), few),
+    rows = {"pi0 (subset)": restricted(json.loads((run / "evals/pi0.json").read_text()), [t.task_id for t in few]),
+            f"BoN-{n}(pi0, Q_oracle)": evaluate(f"pi0_bon{n}_oracle", sampler, few, "oracle"),
+            f"BoN-{n}(pi0, Q1)": evaluate(f"pi0_bon{n}_q1", sampler, few, "q1"),
             "pi0": json.loads((run / "evals/pi0.json").read_text()),
             "pi1 (Q1)": json.loads((run / "evals/pi1.json").read_text())}
 
@@ -109,7 +108,7 @@ def one_run(run: Path, k: int) -> dict:
             save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, **result.meta())
 
         policy_dir = stages.run(folder, folder, update)
-        rows[label] = evaluate(folder, lambda d=policy_dir: (LMAgent.load(d, mode=mode, seed=seed + 1), None), evals)
+        rows[label] = evaluate(folder, lambda d=policy_dir: LMAgent.load(d, mode=mode, seed=seed + 1), evals)
 
     def rank(out: Path) -> None:
         episodes, _ = play_tasks(LMAgent.load(pi0, mode=mode, seed=seed), few, per_task=1, seed=seed + 2000,
@@ -134,12 +133,6 @@ def one_run(run: Path, k: int) -> dict:
 
     ranking = json.loads(stages.run("ranking", "ranking.json", rank).read_text())
     return {"seed": seed, "rows": rows, "ranking": ranking}
-
-
-def _restrict(summary: dict, tasks) -> dict:
-    per = {t.task_id: summary["per_task"][t.task_id] for t in tasks}
-    wins, eps = sum(v[0] for v in per.values()), sum(v[1] for v in per.values())
-    return {"success_rate": wins / eps, "ci95": list(wilson_ci(wins, eps)), "episodes": eps, "per_task": per}
 
 
 CLAIMS = (("BoN-{n}(pi0, Q_oracle)", "pi0 (subset)"), ("BoN-{n}(pi0, Q1)", "pi0 (subset)"),

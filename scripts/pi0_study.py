@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,10 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from agentprm.cli import run_command
 from agentprm.data.summary import per_seed_cell, pooled_rows, rate_cells
 from agentprm.io import atomic_path, provenance, write_json, write_text
 from agentprm.loop.report import errorbar_ci, save_png
-from build_default_policy import SETTINGS, agentprm, games
+from build_default_policy import SETTINGS, games
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,25 +66,19 @@ def subset_demos(demos: Path, size: int, work: Path) -> Path:
     return out
 
 
-def sh(*argv) -> None:
-    cmd = [sys.executable, "-m", "agentprm", *map(str, argv)]
-    result = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{result.stderr[-2000:]}")
-
-
 def run_one(args, demos: Path, held_out: Path, size: int, seed: int, checkpoint_every: int) -> None:
     run = args.work / "runs" / f"n{size}-s{seed}"
     if not (run / "eval.json").exists():
         epochs = args.epochs * max(args.sizes) / size
-        sh("sft", "--demos", demos, "--out", run, "--model", args.model, "--epochs", epochs,
-           "--time-budget", args.time_budget, "--seed", seed, "--renumber-copies", args.renumber_copies,
-           "--checkpoint-every", checkpoint_every, "--threads", 1)
-        sh("eval", "--policy", run, "--tasks", held_out, "--seed", seed, "--workers", 1, "--json", run / "eval.json")
+        run_command("sft", "--demos", demos, "--out", run, "--model", args.model, "--epochs", epochs,
+                    "--time-budget", args.time_budget, "--seed", seed, "--renumber-copies", args.renumber_copies,
+                    "--checkpoint-every", checkpoint_every, "--threads", 1, quiet=True)
+        run_command("eval", "--policy", run, "--tasks", held_out, "--seed", seed, "--workers", 1,
+                    "--json", run / "eval.json", quiet=True)
     for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("step-*")):
         if not (ckpt / "eval.json").exists():
-            sh("eval", "--policy", ckpt, "--tasks", held_out, "--seed", seed, "--workers", 1,
-               "--json", ckpt / "eval.json")
+            run_command("eval", "--policy", ckpt, "--tasks", held_out, "--seed", seed, "--workers", 1,
+                        "--json", ckpt / "eval.json", quiet=True)
 
 
 def collect(args) -> dict:
@@ -154,11 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     demos = args.work / f"demos-train-{max(args.sizes)}-s{args.game_seed}.parquet"  # build_default_policy's name
     if not demos.exists():
         train = games(args.work, "train", max(args.sizes), args)
-        agentprm("demos", "--tasks", train, "--out", demos, "--workers", args.workers, "--seed", args.game_seed)
+        run_command("demos", "--tasks", train, "--out", demos, "--workers", args.workers, "--seed", args.game_seed)
     expert_json = args.work / "expert-eval.json"
     if not expert_json.exists():
-        agentprm("eval", "--policy", "expert", "--tasks", held_out, "--seed", args.game_seed,
-                 "--workers", args.workers, "--json", expert_json)
+        run_command("eval", "--policy", "expert", "--tasks", held_out, "--seed", args.game_seed,
+                    "--workers", args.workers, "--json", expert_json)
     jobs = [(subset_demos(demos, size, args.work), size, seed, args.checkpoint_every if size == max(args.sizes) else 0)
             for size in sorted(args.sizes, reverse=True) for seed in args.seeds]  # the largest (π0's) first
     with ThreadPoolExecutor(args.parallel) as pool_:

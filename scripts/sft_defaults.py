@@ -11,15 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-
-def agentprm(*argv) -> None:
-    cmd = [sys.executable, "-m", "agentprm", *map(str, argv)]
-    print("+", " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True)
+from agentprm.cli import run_command
 
 
 def main() -> None:
@@ -33,17 +27,17 @@ def main() -> None:
     w.mkdir(parents=True, exist_ok=True)
     train, evals, demos, policy = w / "tasks-train", w / "tasks-eval", w / "demos.parquet", w / "policy"
     if not (train / "tasks.jsonl").exists():
-        agentprm("tasks", "generate", "--out", train, "--split", "train", "--num", args.train_games, "--seed", seed)
+        run_command("tasks", "generate", "--out", train, "--split", "train", "--num", args.train_games, "--seed", seed)
     if not (evals / "tasks.jsonl").exists():
-        agentprm("tasks", "generate", "--out", evals, "--split", "eval", "--num", args.eval_games, "--seed", seed)
+        run_command("tasks", "generate", "--out", evals, "--split", "eval", "--num", args.eval_games, "--seed", seed)
     if not demos.exists():
-        agentprm("demos", "--tasks", train, "--out", demos, "--seed", seed)
+        run_command("demos", "--tasks", train, "--out", demos, "--seed", seed)
     if not (policy / "agentprm.json").exists():
-        agentprm("sft", "--demos", demos, "--out", policy, "--seed", seed, "--json", w / "sft.json")   # defaults only
+        run_command("sft", "--demos", demos, "--out", policy, "--seed", seed, "--json", w / "sft.json")  # defaults only
     for name in ("policy", "random"):
         if not (w / f"eval-{name}.json").exists():
-            agentprm("eval", "--policy", policy if name == "policy" else "random", "--tasks", evals, "--seed", seed,
-                     "--json", w / f"eval-{name}.json")
+            run_command("eval", "--policy", policy if name == "policy" else "random", "--tasks", evals, "--seed", seed,
+                        "--json", w / f"eval-{name}.json")
     sft = json.loads((w / "sft.json").read_text())
     result = {"train_games": args.train_games, "seed": seed,
               "sft": {k: sft[k] for k in ("examples", "episodes", "steps", "final_loss", "train_seconds")},

@@ -99,6 +99,7 @@ def main() -> None:
     from agentprm.data.tables import read_targets, write_with_info
     from agentprm.data.trajectories import write_episodes_file
     from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.eval.play import EvalPlay, play_eval
     from agentprm.policy.config import PolicyUpdateConfig
     from agentprm.policy.update import UpdateContext, run_update
     from agentprm.prm.loading import load_prm
@@ -116,8 +117,8 @@ def main() -> None:
 
     def evaluate(name: str, make_agent) -> dict:
         def build(out: Path) -> None:
-            _, summary = play_tasks(make_agent(), evals, per_task=e.episodes_per_task, seed=seed + 1000,
-                                    max_steps=e.max_steps, tag=f"eval-{name}", num_envs=r.num_envs, workers=r.workers)
+            how = EvalPlay(e.episodes_per_task, e.max_steps, seed + 1000, r.num_envs, r.workers)
+            _, summary = play_eval(make_agent(), evals, how, tag=f"eval-{name}")
             write_json(out, summary)
         return json.loads(stages.run(f"eval_{name}", f"evals/{name}.json", build).read_text())
 

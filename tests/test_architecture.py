@@ -133,6 +133,129 @@ def test_the_cycle_check_sees_a_cycle(tmp_path):
     assert import_cycles(pkg) == [["agentprm.a.x", "agentprm.a.y", "agentprm.a.x"]]
 
 
+# Imports inside functions are for what is slow to import and not needed by every caller: torch and what loads it,
+# Ray, vLLM's client, the ALFWorld engine, matplotlib, scipy, pyarrow (for `--help`, configs and the model-free
+# commands). A command module (and cli.py) imports its implementation when it runs: that is what keeps `agentprm
+# --help` to the parser (tests/test_cli_help.py). Anything else belongs at the top of the module.
+LAZY_DEPENDENCIES = {"torch", "transformers", "peft", "accelerate", "ray", "vllm", "httpx", "alfworld", "textworld",
+                     "fast_downward", "matplotlib", "scipy", "pyarrow"}
+LAZY_MODULES = ("agentprm.commands", "agentprm.cli")
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    return {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in root.rglob("*.py")}
+
+
+def _lazy_exports(modules: dict[str, Path]) -> dict[str, str]:
+    """"agentprm.models.load_causal_lm" -> "agentprm.models.presets": names a package re-exports on first use
+    (agentprm/lazy.py), so that importing the name loads its home module."""
+    found = {}
+    for name, path in modules.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and "lazy_exports" in ast.unparse(node.value):
+                homes = node.value.args[1]
+                for key, home in zip(homes.keys, homes.values):
+                    found[f"{name}.{key.value}"] = home.value if home.value.startswith("agentprm.") \
+                        else f"{name}.{home.value}"
+    return found
+
+
+def _external_imports(path: Path) -> set[str]:
+    """Top-level distributions a module imports when it is imported (module level, outside TYPE_CHECKING)."""
+    found: set[str] = set()
+
+    def visit(body) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+            elif isinstance(node, (ast.If, ast.Try)):
+                for part in (node.body, node.orelse, *([h.body for h in node.handlers] if isinstance(node, ast.Try)
+                                                       else []), getattr(node, "finalbody", [])):
+                    visit(part)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return found
+
+
+def needless_function_imports(root: Path) -> list[str]:
+    """Imports inside functions (outside LAZY_MODULES) that load none of LAZY_DEPENDENCIES the module does not load
+    already and close no import cycle: they could be at the top of the module, where a reader looks for them."""
+    modules, wrong = _modules(root), []
+    lazy = _lazy_exports(modules)
+
+    def home(name: str) -> str:   # the module that defines or is `name` ("agentprm.models.load_causal_lm" -> presets)
+        name = lazy.get(name, name)
+        while name not in modules and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    def with_packages(name: str) -> set[str]:   # importing a.b.c runs a/__init__, a/b/__init__ first
+        parts = name.split(".")
+        return {".".join(parts[:k]) for k in range(1, len(parts) + 1)} & set(modules)
+
+    graph = {name: set().union(*[with_packages(home(m)) for m in module_imports(path)], with_packages(name)) - {name}
+             for name, path in modules.items()}
+    closure: dict[str, set[str]] = {}
+
+    def loads(name: str) -> set[str]:   # the agentprm modules importing `name` runs
+        if name not in closure:
+            closure[name], todo = {name}, [name]
+            while todo:
+                for nxt in graph[todo.pop()] - closure[name]:
+                    closure[name].add(nxt)
+                    todo.append(nxt)
+        return closure[name]
+
+    def heavy(name: str) -> set[str]:
+        return set().union(*[_external_imports(modules[m]) for m in loads(name)]) & LAZY_DEPENDENCIES
+
+    for name, path in sorted(modules.items()):
+        if name.startswith(LAZY_MODULES):
+            continue
+        for func in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                elif isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                else:
+                    continue
+                needed = False
+                for target in targets:
+                    if target.startswith("agentprm."):
+                        there = home(target)
+                        needed |= name in loads(there) or bool(heavy(there) - heavy(name))
+                    else:
+                        needed |= target.split(".")[0] in LAZY_DEPENDENCIES - heavy(name)
+                if not needed:
+                    wrong.append(f"{path.relative_to(root.parent)}:{node.lineno} {func.name}(): {ast.unparse(node)}")
+    return wrong
+
+
+def test_imports_inside_functions_are_for_heavy_dependencies_only():
+    """Issue 28: 206 imports inside functions hid the wiring; those left load torch, Ray, the engine, ... lazily, or
+    close a cycle (envs/pool.py opens a Ray pool from envs/ray_pool.py, which extends it)."""
+    assert needless_function_imports(ROOT) == []
+
+
+def test_the_function_import_check_sees_a_needless_one(tmp_path):
+    pkg = tmp_path / "agentprm"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "heavy.py").write_text("import torch\n")
+    (pkg / "a" / "light.py").write_text("def f():\n    from agentprm.a.heavy import g\n\n"
+                                        "def h():\n    import json\n    import scipy.stats\n")
+    assert needless_function_imports(pkg) == ["agentprm/a/light.py:5 h(): import json"]
+
+
 def test_a_toy_algorithm_is_one_registered_function(tmp_path, generated_tasks, tiny_policy):
     """An algorithm is its iteration function, registered by name: this one keeps π_{i-1} and evaluates it, and the
     loop runs it (stages, resume, results) with nothing else touched; a second registration of the name is refused."""

@@ -53,3 +53,20 @@ print(sorted(m for m in ("torch", "transformers", "peft", "accelerate") if m in 
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_run_command_runs_a_command_and_stops_a_script_on_failure(tmp_path, capsys):
+    """Study scripts run commands through cli.run_command: a child process, echoed, and a failure ends the script with
+    the command line and (quiet) its one-line error, not a traceback of the script."""
+    from agentprm.cli import run_command
+
+    run_command("targets", "--help", quiet=True)
+    with pytest.raises(SystemExit) as e:
+        run_command("targets", "mc", "--rollouts", tmp_path / "missing.parquet", "--out", tmp_path / "q.parquet",
+                    quiet=True)
+    message = str(e.value.code)
+    assert message.startswith(f"failed (exit 2): agentprm targets mc --rollouts {tmp_path / 'missing.parquet'}")
+    assert "missing.parquet" in message.splitlines()[-1] and "error" in message.splitlines()[-1]
+    assert not (tmp_path / "q.parquet").exists()
+    run_command("targets", "--help")
+    assert capsys.readouterr().out.startswith("$ agentprm targets --help\n")

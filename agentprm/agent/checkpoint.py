@@ -8,13 +8,13 @@ from pathlib import Path
 
 from agentprm.agent.encoding import PromptConfig
 from agentprm.outputs import atomic_dir
+from agentprm.train.distributed import is_main
 
 
 def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, merge: bool = False, **extra) -> Path:
     """Write model + tokenizer + agentprm.json (`extra` goes into it) to a temp folder, then swap it into place.
     Under a data-parallel launch only the main process writes (train/distributed.py)."""
     from agentprm.models.lora import save_trained
-    from agentprm.train.distributed import is_main
 
     if not is_main():
         return Path(out_dir)

@@ -28,9 +28,12 @@ import torch.nn.functional as F
 
 from agentprm.agent.encoding import PromptConfig, end_of_turn_id, prompt_ids, reply_ids
 from agentprm.agent.format import format_reply
+from agentprm.agent.remote import BackendConfig, OpenAIBackend, server_urls
+from agentprm.agent.replicas import ray_replicas, server_replicas
 from agentprm.agent.scoring import left_pad, positions, score_candidates
 from agentprm.agent.state import AgentState
 from agentprm.envs.base import Turn
+from agentprm.envs.pool import configured_ray_address
 from agentprm.errors import UserError
 
 MODES = ("choose", "generate")
@@ -133,22 +136,14 @@ class LMAgent:
         are read here."""
         from agentprm.models import load_causal_lm, load_tokenizer
 
-        from agentprm.agent.remote import BackendConfig
-
         folder = Path(folder)
         if backend is not None and not isinstance(backend, BackendConfig):   # a backend already serving `folder`
             model, tokenizer = backend, load_tokenizer(folder)
         elif backend is not None and backend.backend == "openai":
-            from agentprm.agent.remote import OpenAIBackend, server_urls
-            from agentprm.agent.replicas import server_replicas
-
             tokenizer = load_tokenizer(folder)
             several = len(server_urls(backend.base_url)) > 1
             model = (server_replicas if several else OpenAIBackend)(backend, tokenizer, folder, end_of_turn_id(tokenizer))
         elif backend is not None and backend.replicas > 1:
-            from agentprm.agent.replicas import ray_replicas
-            from agentprm.envs.pool import configured_ray_address
-
             model, tokenizer = ray_replicas(folder, backend.replicas, configured_ray_address()), load_tokenizer(folder)
         else:   # the model first: its loader turns a broken folder into a one-line error
             model, tokenizer = load_causal_lm(folder), load_tokenizer(folder)

@@ -17,11 +17,15 @@ samples with a seed drawn from the call's seed and k).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
+from agentprm.agent.encoding import end_of_turn_id
+from agentprm.agent.remote import OpenAIBackend, server_urls
+from agentprm.envs.ray_pool import ray_init
 from agentprm.errors import UserError
 
 RESTARTS = 2   # per actor: Ray restarts a dead replica this many times, re-running the call it was serving
@@ -96,7 +100,6 @@ class _PolicyReplica:
     def __init__(self, policy_dir: str, threads: int = 1):
         import torch
 
-        from agentprm.agent.encoding import end_of_turn_id
         from agentprm.agent.lm import HFBackend
         from agentprm.models import load_causal_lm, load_tokenizer
 
@@ -118,8 +121,6 @@ def ray_replicas(policy_dir: str | Path, count: int, address: str = "") -> Repli
     each where the cluster has that many."""
     import ray
 
-    from agentprm.envs.ray_pool import ray_init
-
     ray_init(address)
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= count else 0
     actor = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=RESTARTS, max_task_retries=RESTARTS)(_PolicyReplica)
@@ -129,10 +130,6 @@ def ray_replicas(policy_dir: str | Path, count: int, address: str = "") -> Repli
 
 def server_replicas(cfg, tokenizer, policy_dir: str | Path, end_of_turn: int) -> ReplicatedBackend:
     """One `OpenAIBackend` per server of `cfg.base_url` (comma-separated)."""
-    import dataclasses
-
-    from agentprm.agent.remote import OpenAIBackend, server_urls
-
     urls = server_urls(cfg.base_url)
     return ReplicatedBackend([OpenAIBackend(dataclasses.replace(cfg, base_url=u), tokenizer, policy_dir, end_of_turn)
                               for u in urls], [f"server {u}" for u in urls])

@@ -10,6 +10,8 @@ whose prompt is split across scheduler steps otherwise kills the CPU engine: "CP
 """
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import os
 import signal
 import socket
@@ -31,8 +33,6 @@ def vllm_python(explicit: str | None = None) -> str:
             return str(candidate)
         if candidate == explicit and explicit:
             raise UserError(f"--vllm-python {explicit}: no such file")
-    import importlib.util
-
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
     raise UserError("no Python with vLLM found: run `make vllm-venv` (its own virtualenv, .venv-vllm), or point "
@@ -130,8 +130,6 @@ class VLLMServer:
 def _die_with_parent() -> None:
     """In the server's process before it starts (Linux): SIGTERM to it when its supervisor dies, even by SIGKILL, so
     no server outlives the command or loop that started it (vLLM's API server then stops its engine processes)."""
-    import ctypes
-
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import NamedTuple
 
+from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
 from agentprm.envs.base import Turn
 
 RECENT_TURNS = 9  # (action, observation) pairs kept: the current one and up to 8 before it
@@ -58,8 +59,6 @@ def object_type(name: str) -> str:
 @cache
 def _goal_patterns() -> tuple[re.Pattern, ...]:
     """One regex per goal template of our task types (and their sliced variants), slots as named groups."""
-    from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
-
     import_alfworld()
     from alfworld.gen.goal_library import gdict
 

@@ -25,6 +25,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from agentprm.agent.format import TEMPLATE_TEXT
+from agentprm.envs.alfworld.setup import import_alfworld
 
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
 ROLES = ("system", "user", "assistant")
@@ -53,8 +54,6 @@ CHAT_TEMPLATE = (
 
 def env_text() -> list[str]:
     """Every fixed string ALFWorld can produce or that our prompts contain (placeholders removed)."""
-    from agentprm.envs.alfworld.setup import import_alfworld
-
     import_alfworld()
     import alfworld.gen.constants as constants
     from alfworld.gen.goal_library import gdict

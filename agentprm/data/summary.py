@@ -23,12 +23,15 @@ def wilson_ci(successes: int, n: int, z: float = 1.959964) -> tuple[float, float
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def rate(wins: int, n: int) -> dict:
+    """A success rate with its Wilson 95% CI, the fields every summary and results row carries."""
+    return {"success_rate": wins / n if n else 0.0, "ci95": list(wilson_ci(wins, n)), "episodes": n}
+
+
 def _rate(episodes: Sequence) -> dict:
     wins = sum(e.won for e in episodes)
     n = len(episodes)
-    lo, hi = wilson_ci(wins, n)
-    return {"success_rate": wins / n if n else 0.0, "ci95": [lo, hi], "episodes": n, "successes": wins,
-            "mean_turns": sum(len(e.steps) for e in episodes) / n if n else 0.0,
+    return {**rate(wins, n), "successes": wins, "mean_turns": sum(len(e.steps) for e in episodes) / n if n else 0.0,
             "errors": sum(bool(e.error) for e in episodes)}
 
 
@@ -41,6 +44,13 @@ def summarize(episodes: Sequence) -> dict:
     out["by_type"] = {t: _rate(eps) for t, eps in sorted(by_type.items())}
     out["per_task"] = per_task(episodes)
     return out
+
+
+def restricted(summary: dict, task_ids: Sequence[str]) -> dict:
+    """A summary's success rate, CI and `per_task` over some of its tasks (e.g. the subset a costlier search
+    played), so that a row and its restriction pair over the same tasks."""
+    per = {t: summary["per_task"][t] for t in task_ids}
+    return {**rate(sum(w for w, _ in per.values()), sum(n for _, n in per.values())), "per_task": per}
 
 
 def check_env_errors(episodes: Sequence, max_errors: int, where: str, accept: str) -> None:
@@ -84,8 +94,8 @@ def pooled_rows(per_seed: dict[int, list[dict]], key: Sequence[str] = RESULT_KEY
     for values, items in groups.items():
         wins = sum(round(r["success_rate"] * r["episodes"]) for _, r in items)
         n = sum(r["episodes"] for _, r in items)
-        out.append({**dict(zip(key, values)), "success_rate": wins / n, "ci95": list(wilson_ci(wins, n)),
-                    "episodes": n, "per_seed": {seed: r["success_rate"] for seed, r in items}})
+        out.append({**dict(zip(key, values)), **rate(wins, n),
+                    "per_seed": {seed: r["success_rate"] for seed, r in items}})
     return out
 
 

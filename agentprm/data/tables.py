@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agentprm.errors import UserError
@@ -99,8 +100,6 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
     learned as text), every floating-point column holds finite numbers (a NaN reward or Q̂ would train a model into
     NaN without a word), and every column with a range or an enumeration above stays in it (a reward of 1000 or a Q̂
     of 7 would be learned as given): a one-line error naming the column, the row and the value."""
-    import pyarrow.compute as pc
-
     def refuse(name: str, bad, why: str) -> None:
         if pc.any(bad).as_py():   # (None for an empty table: nothing to refuse)
             row = pc.index(bad, True).as_py()

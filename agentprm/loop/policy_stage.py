@@ -11,10 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentprm.agent.checkpoint import save_policy
+from agentprm.envs.alfworld.generate import generate_tasks
+from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
 from agentprm.loop.stages import StageRunner
 from agentprm.policy.config import HackingConfig, PolicyUpdateConfig
+from agentprm.policy.update import UpdateContext, run_update
 from agentprm.prm.config import PrmConfig
+from agentprm.prm.loading import load_prm
 
 if TYPE_CHECKING:   # loop/config.py imports the algorithms, which import this module
     from agentprm.loop.config import LoopConfig, RolloutConfig
@@ -45,11 +50,8 @@ def update_policy(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, prm
     """π_i from π_{i-1} (`prev`) against the critic, on the distinct states of `rollouts`; saved to `out`.
     Online DPO (with `steer_frac` of the generations steered), kl-distill or beam-distill (searches the train
     tasks); seeded with seed + i."""
-    from agentprm.agent.checkpoint import save_policy
     from agentprm.agent.lm import LMAgent
     from agentprm.policy.online_dpo import rollout_states
-    from agentprm.policy.update import UpdateContext, run_update
-    from agentprm.prm.loading import load_prm
     from agentprm.rollout.oracle import OracleCritic
     from agentprm.search import UniformCritic
 
@@ -82,9 +84,6 @@ def update_policy(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, prm
 def generated_train_split(cfg: PolicyStage, stages: StageRunner, num: int, progress: bool = True) -> list:
     """The first `num` games of the run's generated train split (game k does not depend on the split's size, so the
     loop's `tasks.train` games are among them), as the resumable stage tasks/search."""
-    from agentprm.envs.alfworld.generate import generate_tasks
-    from agentprm.envs.alfworld.tasks import load_tasks
-
     folder = stages.run("tasks_search", "tasks/search", lambda out: generate_tasks(
         out, "train", num, cfg.seed, types=cfg.types, progress=progress,
         workers=cfg.rollout.workers or os.cpu_count() or 1))

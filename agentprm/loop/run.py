@@ -18,13 +18,28 @@ import shutil
 import time
 from pathlib import Path
 
+from agentprm.agent.policies import ExpertAgent
+from agentprm.agent.replicas import ray_replicas
+from agentprm.agent.serving import VLLMServer
 from agentprm.data.summary import check_env_errors
+from agentprm.data.trajectories import ShardWriter, write_episodes_file
+from agentprm.envs.alfworld.generate import generate_tasks
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.envs.pool import configure_pool
 from agentprm.errors import UserError
+from agentprm.eval.paired import CONTROL, comparisons
 from agentprm.io import provenance, write_json, write_text
 from agentprm.loop.algos import get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config, load_config
 from agentprm.loop.stages import MARKERS, StageRunner, run_lock
+from agentprm.models.device import use_device
 from agentprm.outputs import check_claimable, claim_folder
+from agentprm.policy.update import UpdateResult
+from agentprm.prm.loading import load_prm
+from agentprm.rollout.branch import branch_jobs
+from agentprm.rollout.engine import episode_jobs, run_episodes
+from agentprm.rollout.play import play_tasks
+from agentprm.rollout.reset import expert_actions, reset_jobs
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 
@@ -69,9 +84,6 @@ class Loop:
 
     # ---------------------------------------------------------------- stages
     def tasks(self) -> tuple[list, list]:
-        from agentprm.envs.alfworld.generate import generate_tasks
-        from agentprm.envs.alfworld.tasks import load_tasks
-
         c = self.cfg.tasks
         for split, num, given in (("train", c.train, c.train_dir), ("eval", c.eval, c.eval_dir)):
             if given is None:
@@ -99,10 +111,6 @@ class Loop:
     def demos(self, train_tasks) -> Path:
         """The hand-coded expert once per train task (200-step budget), as a resumable stage: π0's SFT data and
         InversePRM's positives."""
-        from agentprm.agent.policies import ExpertAgent
-        from agentprm.data.trajectories import write_episodes_file
-        from agentprm.rollout.play import play_tasks
-
         def build(out: Path) -> None:
             episodes, _ = play_tasks(ExpertAgent(), train_tasks, per_task=1, seed=self.cfg.seed, max_steps=200,
                                      tag="expert", workers=self.cfg.rollout.workers, progress=self.progress)
@@ -160,11 +168,7 @@ class Loop:
     def serve(self, policy_dir: Path):
         """A started vLLM server (`backend: openai`) or the Ray replicas (`backend.replicas`) for one policy."""
         if self.cfg.backend.backend != "openai":
-            from agentprm.agent.replicas import ray_replicas
-
             return ray_replicas(policy_dir, self.cfg.backend.replicas, self.cfg.rollout.ray_address)
-        from agentprm.agent.serving import VLLMServer
-
         gpu = self.placement[0].type == "cuda"   # then the server shares the trainer's GPU: 40% of its memory
         server = VLLMServer(policy_dir, log=self.run_dir / "serve.log", device="cuda" if gpu else "cpu",
                             dtype="auto" if gpu else "float32",
@@ -182,10 +186,6 @@ class Loop:
         `exploration.reset_frac` share of them starting on a demo (Reset-50-50, rollout/reset.py) — then
         `rollout.branches` branch episodes per episode (rollout/branch.py), as Parquet shards."""
         from agentprm.agent.lm import LMAgent
-        from agentprm.data.trajectories import ShardWriter
-        from agentprm.rollout.branch import branch_jobs
-        from agentprm.rollout.engine import episode_jobs, run_episodes
-        from agentprm.rollout.reset import expert_actions, reset_jobs
 
         c, seed, reset = self.cfg.rollout, self.cfg.seed + i, self.cfg.exploration.reset_frac
 
@@ -212,9 +212,7 @@ class Loop:
         `eval.beam_width` × `eval.beam_expand` (when there is a PRM); with `eval.critic_control` each search again
         with a uniform critic in Q_i's place."""
         from agentprm.agent.lm import LMAgent
-        from agentprm.eval.paired import CONTROL
         from agentprm.eval.play import EvalRow
-        from agentprm.prm.loading import load_prm
         from agentprm.search import UniformCritic
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
@@ -250,10 +248,7 @@ class Loop:
 
     def _run(self) -> dict:
         from agentprm.agent.lm import LMAgent
-        from agentprm.envs.pool import configure_pool
-        from agentprm.models.device import use_device
         from agentprm.policy.hacking import logged
-        from agentprm.policy.update import UpdateResult
 
         self.placement = use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references live there
         configure_pool(self.cfg.rollout.pool, self.cfg.rollout.ray_address)   # where every env worker runs
@@ -273,8 +268,6 @@ class Loop:
             # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
             baseline = [{"step": 0, **logged(checks[0])}] if checks else []
             self.update_history[i] = baseline + update.history
-        from agentprm.eval.paired import comparisons
-
         results = {"rows": self.rows, "comparisons": comparisons({self.cfg.seed: self.rows}),
                    "wall_seconds": round(time.monotonic() - start, 1),
                    "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),

@@ -11,10 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from agentprm.data.summary import pooled_rows, row_key
+from agentprm.data.summary import per_seed_cell, pooled_rows, rate_cells, row_key
+from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
+from agentprm.eval.paired import comparisons, comparisons_table, paired_difference, row_name, search_cell
+from agentprm.io import write_json
 from agentprm.loop.config import LoopConfig, from_dict, read_yaml
 from agentprm.loop.run import Loop
+from agentprm.prm.loading import load_prm
 
 
 def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
@@ -134,10 +138,7 @@ def search_rows(cfg: LoopConfig, seeds: list[int], runs: Path, saved: Path, widt
     (<runs>/seed<k>), on the runs' eval tasks; each seed's pair is saved to <saved>/seed<k>-<w>x<e>.json (reused with
     `resume`)."""
     from agentprm.agent.lm import LMAgent
-    from agentprm.envs.alfworld.tasks import load_tasks
-    from agentprm.io import write_json
     from agentprm.eval.play import EvalPlay, play_eval
-    from agentprm.prm.loading import load_prm
 
     per_seed: dict[int, list[dict]] = {}
     for seed in seeds:
@@ -166,8 +167,6 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
     vs its π); every other variant's rows vs the same rows of the reference — `baseline` (e.g. outcome-only GRPO)
     if given, else the first variant; with `search` = (variant, its search rows), Best-of-N and beam vs that
     variant's last π, and beam vs Best-of-N."""
-    from agentprm.eval.paired import comparisons, paired_difference, row_name
-
     label = lambda name, r: f"{name}: {row_name(r)}" if name else row_name(r)  # noqa: E731
     out: list[dict] = []
 
@@ -218,9 +217,6 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
     """The sweep's tables: every row pooled over seeds (the paper's numbers beside the rows of the variants in
     `paper`: those that run AgentPRM), the test-time search rows, the paired differences."""
     paper = set(paper)
-    from agentprm.data.summary import per_seed_cell, rate_cells
-    from agentprm.eval.paired import comparisons_table, search_cell
-
     lines = [f"`{source}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall s = the runs' stage "
              "seconds summed over seeds; own s = without the stages copied from another variant.", "",
              "| variant | policy | acts by | success % | 95% CI | episodes | per seed % |"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from agentprm.agent.critic import Critic
 from agentprm.agent.lm import LMAgent
+from agentprm.agent.replay import episode_states
 from agentprm.data.summary import summarize
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.errors import UserError
@@ -60,8 +61,6 @@ def train_beam_distill(policy, episodes: Sequence[EpisodeRecord], cfg: PolicyUpd
 
 def _corrections(policy, episodes: Sequence[EpisodeRecord]) -> int:
     """How many distilled steps π_{i-1}'s greedy pick disagrees with: where the search teaches something new."""
-    from agentprm.agent.replay import episode_states
-
     pairs = [(s, reply) for e in episodes for s, reply in episode_states(e)]
     greedy = LMAgent(policy.backend, policy.tokenizer, policy.prompt_cfg, mode="choose")
     picks = [a for k in range(0, len(pairs), 64) for a in greedy.act([s for s, _ in pairs[k:k + 64]], [])]

@@ -30,6 +30,7 @@ from agentprm.data.trajectories import EpisodeRecord, StepRecord, iter_episodes,
 from agentprm.errors import UserError
 from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer
 from agentprm.policy.config import SFTConfig
+from agentprm.train.config import check_lora
 from agentprm.train.core import num_steps, train
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)
@@ -102,7 +103,6 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed:
     start = time.monotonic()
     if cfg.lora.r:
         from agentprm.models.lora import add_lora, trainable
-        from agentprm.train.config import check_lora
 
         check_lora(cfg.lora)
         if cfg.model in PRESETS:

@@ -31,6 +31,7 @@ from agentprm.errors import UserError
 from agentprm.outputs import atomic_dir
 from agentprm.models.device import place
 from agentprm.models.presets import ADAPTER_CONFIG, PRESETS, load_tokenizer, load_weights, preset_config
+from agentprm.train.distributed import is_main
 
 KIND = "prm"
 
@@ -84,7 +85,6 @@ class ProcessRewardModel(nn.Module):
         is saved as its adapter folder, or with `merge` as full weights. Under a data-parallel launch only the main
         process writes (train/distributed.py)."""
         from agentprm.models.lora import save_trained
-        from agentprm.train.distributed import is_main
 
         if not is_main():
             return Path(folder)

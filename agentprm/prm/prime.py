@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from agentprm.agent.checkpoint import save_policy
 from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, reply_ids
 from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, encode_episode
 from agentprm.agent.scoring import reply_logprobs, score_candidates
@@ -74,8 +75,6 @@ class ImplicitPRM:
                    PromptConfig.load(folder), meta["beta"], meta["reference"])
 
     def save(self, folder: str | Path) -> Path:
-        from agentprm.agent.checkpoint import save_policy
-
         return save_policy(self.model, self.tokenizer, folder, self.prompt,
                            **{KEY: {"beta": self.beta, "reference": self.reference_dir}})
 

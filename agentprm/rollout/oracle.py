@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from agentprm.agent.lm import LMAgent
 from agentprm.agent.state import AgentState
 from agentprm.envs.alfworld.tasks import TaskSpec
 from agentprm.envs.pool import EnvPool, open_pool
@@ -43,8 +44,6 @@ class OracleCritic:
     def greedy(cls, policy_dir, tasks: Sequence[TaskSpec], *, mode: str, gamma: float, max_steps: int,
                num_envs: int = 16, workers: int | None = None, seed: int = 0) -> OracleCritic:
         """Q^π of the greedy policy saved in `policy_dir` (one continuation per (state, action) is exact)."""
-        from agentprm.agent.lm import LMAgent
-
         return cls(tasks, LMAgent.load(policy_dir, mode=mode, seed=seed), gamma=gamma, max_steps=max_steps,
                    num_envs=num_envs, workers=workers, seed=seed)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from agentprm.errors import UserError
+
 
 @dataclass
 class TrainConfig:
@@ -44,8 +46,6 @@ class LoraConfig:
 
 def check_lora(cfg: LoraConfig, where: str = "lora") -> None:
     """Bad LoRA settings as a one-line error before any work (`where` names the field's prefix)."""
-    from agentprm.errors import UserError
-
     for name, bad, rule in (("r", cfg.r < 0, ">= 0"), ("alpha", cfg.r > 0 and cfg.alpha <= 0, "> 0"),
                             ("dropout", not 0.0 <= cfg.dropout < 1.0, "in [0, 1)"),
                             ("target_modules", cfg.r > 0 and not cfg.module_names(), "a module name or all-linear")):

@@ -5,6 +5,8 @@ import json
 import re
 from pathlib import Path
 
+from agentprm.envs.alfworld import safe_grammar, speedups
+from agentprm.envs.alfworld.expert import expert_wrapper
 from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
 from agentprm.envs.base import Turn
 from agentprm.errors import UserError
@@ -61,12 +63,8 @@ class AlfWorldEnv:
         self.task_id = task_id or self.game_file.parent.name
         self.max_steps = max_steps
         import_alfworld()
-        from agentprm.envs.alfworld import safe_grammar
-
         safe_grammar.install()   # a game file's grammar is data: no Python of it is run
         if fast:
-            from agentprm.envs.alfworld import speedups
-
             speedups.install()
         import textworld
         from textworld.envs.pddl import PddlEnv
@@ -74,8 +72,6 @@ class AlfWorldEnv:
 
         wrappers = [AlfredDemangler(shuffle=False), AlfredInfos]
         if expert:
-            from agentprm.envs.alfworld.expert import expert_wrapper
-
             wrappers.append(expert_wrapper())
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         # PddlEnv named, not textworld.start's guess from the path: it picks the z-machine for any path holding

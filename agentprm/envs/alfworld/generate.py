@@ -35,6 +35,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -609,8 +610,6 @@ def game_cache_dir() -> Path | None:
 
 @lru_cache(maxsize=1)
 def _generator_digest() -> str:
-    from importlib import metadata
-
     try:
         alfworld_version = metadata.version("alfworld")
     except metadata.PackageNotFoundError:

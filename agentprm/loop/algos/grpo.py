@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentprm.agent.checkpoint import save_policy
+from agentprm.agent.encoding import PromptConfig
 from agentprm.loop.algos.registry import register_algorithm
+from agentprm.policy.update import POLICY_GRADIENT, UpdateResult
 
 
 def policy_gradient_iteration(loop, i: int, prev: Path, train_tasks, eval_tasks, process_beta: float,
                               gigpo: bool = False) -> Path:
-    from agentprm.agent.checkpoint import save_policy
-    from agentprm.agent.encoding import PromptConfig
     from agentprm.data.trajectories import iter_episodes, read_trajectories
     from agentprm.models import load_causal_lm, load_tokenizer
     from agentprm.policy.policy_gradient import train_policy_gradient
-    from agentprm.policy.update import POLICY_GRADIENT, UpdateResult
 
     cfg, it, seed = loop.cfg.policy_gradient, f"iter_{i}", loop.cfg.seed + i
     # groups are π_{i-1}'s own episodes from the task start (Reset-50-50 is refused at config load)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentprm.agent.encoding import PromptConfig
 from agentprm.loop.algos.registry import register_algorithm
 from agentprm.loop.algos.inverse_prm import demos_path
 
@@ -14,7 +15,6 @@ CONTROL_EPOCHS = 3.0   # a few passes over the few demos of the run's train task
 
 @register_algorithm("sft")
 def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
-    from agentprm.agent.encoding import PromptConfig
     from agentprm.policy.sft import SFTConfig, train_sft
 
     c = loop.cfg
