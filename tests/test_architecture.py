@@ -245,6 +245,14 @@ def test_imports_inside_functions_are_for_heavy_dependencies_only():
     assert needless_function_imports(ROOT) == []
 
 
+def test_a_package_re_exports_only_its_own_names():
+    """A lazy re-export from another package (policy/ once re-exported agent's save_policy) is an import that no
+    import statement shows: a package's `__init__` names its own modules only."""
+    foreign = {name: home for name, home in _lazy_exports(_modules(ROOT)).items()
+               if not home.startswith(name.rsplit(".", 1)[0] + ".")}
+    assert foreign == {}
+
+
 def test_the_function_import_check_sees_a_needless_one(tmp_path):
     pkg = tmp_path / "agentprm"
     (pkg / "a").mkdir(parents=True)

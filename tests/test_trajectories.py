@@ -6,9 +6,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from agentprm.data.trajectories import (SCHEMA, EpisodeRecord, ShardWriter, StepRecord, iter_episodes,
-                                        read_trajectories, write_episodes)
+                                        read_trajectories)
 from agentprm.envs.base import Turn
 from agentprm.errors import UserError
+
+
+def write_episodes(out_dir, episodes) -> None:
+    with ShardWriter(out_dir) as writer:
+        for e in episodes:
+            writer.add(e)
 
 
 def episode(eid: str, n: int, won: bool = True, error: str = "") -> EpisodeRecord:

@@ -57,5 +57,5 @@ def run(args) -> int:
                 **result.meta())
     last = result.history[-1]
     print(f"{len(states)} states, {last['step']} steps ({cfg.method}): loss {last['loss']:.4f} -> {args.out}")
-    write_summary(args, {"states": len(states), **result.meta()[result.key(result.method)]})
+    write_summary(args, {"states": len(states), **result.record()})
     return 0

@@ -212,13 +212,6 @@ def trajectory_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=SCHEMA).replace_schema_metadata({META_KEY: b'{"kind": "trajectories"}'})
 
 
-def write_episodes(out_dir: str | Path, episodes: Iterable[EpisodeRecord], prefix: str = "part") -> list[Path]:
-    with ShardWriter(out_dir, prefix) as writer:
-        for episode in episodes:
-            writer.add(episode)
-    return writer.paths
-
-
 def write_episodes_file(path: str | Path, episodes: Iterable[EpisodeRecord]) -> Path:
     """All episodes as one Parquet file, written atomically (for small outputs such as expert demos)."""
     rows = [row for episode in episodes for row in episode.rows()]

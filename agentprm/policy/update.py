@@ -53,10 +53,14 @@ class UpdateResult:
         """The key of a saved policy's agentprm.json the record is stored under (online-dpo -> online_dpo)."""
         return method.replace("-", "_")
 
+    def record(self) -> dict:
+        """The record as one JSON object: what a saved policy keeps and `train-policy --json` prints."""
+        return {"config": self.config, "seed": self.seed, "reference": self.reference, "history": self.history,
+                **self.details}
+
     def meta(self) -> dict[str, dict]:
-        """The record as `save_policy(..., **result.meta())` stores it."""
-        return {self.key(self.method): {"config": self.config, "seed": self.seed, "reference": self.reference,
-                                        "history": self.history, **self.details}}
+        """The record as `save_policy(..., **result.meta())` stores it, under its method's key."""
+        return {self.key(self.method): self.record()}
 
     @classmethod
     def read(cls, meta: dict) -> UpdateResult | None:
