@@ -174,3 +174,42 @@ def test_an_adapter_chain_that_loops_is_a_one_line_error(tmp_path, capsys):
     assert main(["eval", "--policy", str(a), "--tasks", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "form a loop" in err and str(b) in err
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
+def test_all_linear_lora_on_gpt2_llama_and_qwen2_saves_and_loads_back(arch, tmp_path):
+    """Issue 29: "all-linear" on GPT-2 collected only nn.Linear — GPT-2's layers are transformers' Conv1D — and peft
+    failed with NoMatchingPeftModuleError. On each architecture (random weights, built from a config here) the
+    adapters cover every attention and MLP layer, start as the base exactly, and a trained adapter saved and merged
+    back gives the adapted model's logits."""
+    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
+
+    from agentprm.models.lora import add_lora, linear_layers, load_merged, save_trained
+    from agentprm.train.config import LoraConfig
+
+    small = dict(num_hidden_layers=1, hidden_size=16, intermediate_size=32, num_attention_heads=2,
+                 num_key_value_heads=1, vocab_size=320)
+    config, expected = {
+        "gpt2": (GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=320, n_positions=64, bos_token_id=0,
+                            eos_token_id=0), ["c_attn", "c_fc", "c_proj"]),
+        "llama": (LlamaConfig(**small), ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]),
+        "qwen2": (Qwen2Config(**small), ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]),
+    }[arch]
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "base")
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    assert linear_layers(base) == expected
+    before = causal_logits(base)
+    model = add_lora(base, LoraConfig(r=4), seed=0).eval()   # (no LoRA dropout while comparing)
+    adapted = {name.split(".lora_A")[0].rsplit(".", 1)[-1] for name, _ in model.named_parameters() if ".lora_A" in name}
+    assert adapted == set(expected)
+    assert torch.equal(causal_logits(model), before)          # B = 0: the wrapped model is the base
+    with torch.no_grad():                                       # as if trained: every B moves
+        for name, p in model.named_parameters():
+            if ".lora_B" in name:
+                p.add_(0.05)
+    trained = causal_logits(model)
+    assert not torch.allclose(trained, before)
+    save_trained(model, tmp_path / "adapter")
+    merged = load_merged(tmp_path / "adapter", AutoModelForCausalLM.from_pretrained)
+    torch.testing.assert_close(causal_logits(merged), trained, atol=1e-5, rtol=1e-4)

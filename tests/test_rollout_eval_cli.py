@@ -197,6 +197,24 @@ def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, 
     assert "\n" not in err and str(folder) in err
 
 
+@pytest.mark.parametrize("command", ["eval", "rollout"])
+def test_a_prm_folder_given_as_the_policy_is_refused(command, policy_dir, generated_tasks, tmp_path, capsys):
+    """Issue 29: `eval --policy <a PRM folder>` played it as a policy (its backbone loads as a causal LM) without a
+    word. (The other way round, a policy given as a PRM, prm/model.py refuses: "not a PRM folder".)"""
+    import shutil
+
+    folder = tmp_path / "prm"
+    shutil.copytree(policy_dir, folder)
+    PromptConfig().save(folder, kind="prm", loss="soft-bce")
+    out = tmp_path / "out"
+    argv = [command, "--policy", str(folder), "--tasks", str(generated_tasks.eval), "--workers", "1"]
+    assert main(argv + (["--out", str(out)] if command == "rollout" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"agentprm {command}: error: {folder}: a prm folder (agentprm.json kind 'prm'), not a policy (a PRM "
+                   "is given with --prm)")
+    assert not out.exists()
+
+
 def test_odd_path_characters_and_a_full_disk(generated_tasks, tmp_path, capsys, monkeypatch):
     """Issue 17: a '[/]' in a path crashed the results table (rich read it as markup); a full disk was a traceback."""
     import errno

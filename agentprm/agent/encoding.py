@@ -55,6 +55,20 @@ def read_json_object(path: Path) -> dict:
     return data
 
 
+def check_policy_folder(folder: Path) -> None:
+    """A one-line error for a folder agentprm saved as something other than a policy — a PRM or a value model names
+    its `kind` in agentprm.json — given where a policy is read (a PRM folder would otherwise play as one: its
+    backbone loads as a causal LM with an untrained output layer). A file that does not parse is left to the loader."""
+    path = folder / CONFIG_FILE
+    try:
+        kind = json.loads(path.read_text()).get("kind") if path.is_file() else None
+    except (ValueError, AttributeError, OSError):
+        return
+    if kind:
+        raise UserError(f"{folder}: a {kind} folder ({CONFIG_FILE} kind {kind!r}), not a policy (a PRM is given "
+                        "with --prm)")
+
+
 def prompt_ids(tokenizer, state: AgentState, cfg: PromptConfig, steered: bool = False) -> list[int]:
     """`steered` selects the steered-exploration variant of the prompt (format.steered_messages)."""
     if steered:

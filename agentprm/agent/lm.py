@@ -26,7 +26,7 @@ from typing import Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
-from agentprm.agent.encoding import PromptConfig, end_of_turn_id, prompt_ids, reply_ids
+from agentprm.agent.encoding import PromptConfig, check_policy_folder, end_of_turn_id, prompt_ids, reply_ids
 from agentprm.agent.format import format_reply
 from agentprm.agent.remote import BackendConfig, OpenAIBackend, server_urls
 from agentprm.agent.replicas import ray_replicas, server_replicas
@@ -137,6 +137,7 @@ class LMAgent:
         from agentprm.models import load_causal_lm, load_tokenizer
 
         folder = Path(folder)
+        check_policy_folder(folder)
         if backend is not None and not isinstance(backend, BackendConfig):   # a backend already serving `folder`
             model, tokenizer = backend, load_tokenizer(folder)
         elif backend is not None and backend.backend == "openai":

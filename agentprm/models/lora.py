@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, TaskType, get_peft_model
+from transformers.pytorch_utils import Conv1D
 
 from agentprm.errors import UserError
 from agentprm.models.presets import ADAPTER_CONFIG, name_base
@@ -28,12 +29,13 @@ from agentprm.train.config import LoraConfig, check_lora
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 HEADS = ("lm_head", "score")   # output layers: never adapted (a classifier's head is trained in full instead)
+LINEAR = (torch.nn.Linear, Conv1D)   # GPT-2's attention and MLP layers are transformers' Conv1D, a transposed Linear
 
 
 def linear_layers(model: torch.nn.Module) -> list[str]:
-    """The distinct names of the model's linear layers, the output heads excepted ("all-linear")."""
+    """The distinct names of the model's linear layers, the output heads excepted ("all-linear", as peft means it)."""
     return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                   if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] not in HEADS})
+                   if isinstance(module, LINEAR) and name.rsplit(".", 1)[-1] not in HEADS})
 
 
 def add_lora(model, cfg: LoraConfig, *, head: str | None = None, seed: int = 0) -> PeftModel:
@@ -51,8 +53,9 @@ def add_lora(model, cfg: LoraConfig, *, head: str | None = None, seed: int = 0) 
     if missing:
         raise UserError(f"lora.target_modules: {type(model).__name__} has no module named {missing[0]!r} "
                         f"(its linear layers: {', '.join(linear_layers(model))})")
+    conv1d = any(isinstance(m, Conv1D) and name.rsplit(".", 1)[-1] in names for name, m in model.named_modules())
     peft_cfg = PeftLoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=names,
-                              modules_to_save=[head] if head else None,
+                              fan_in_fan_out=conv1d, modules_to_save=[head] if head else None,
                               task_type=TaskType.SEQ_CLS if head else TaskType.CAUSAL_LM)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
