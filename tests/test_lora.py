@@ -4,6 +4,7 @@ base is itself an adapter loads as the chain; the update's reference is π_{i-1}
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,11 @@ def test_sft_with_lora_writes_a_peft_adapter_that_peft_and_agentprm_load_alike(d
     assert adapter["base_model_name_or_path"] == str(tiny_policy.resolve()) and adapter["r"] == 4
     lora = json.loads((tmp_path / "sft.json").read_text())["lora"]
     assert 0 < lora["trainable_fraction"] < 0.2
+    # its model card names the base portably (peft's template wrote the absolute path of this machine)
+    card = (out / "README.md").read_text()
+    relative = os.path.relpath(tiny_policy.resolve(), out.resolve())
+    assert str(tiny_policy.resolve()) not in card and f"LoRA adapters (peft) on `{relative}`" in card
+    assert card.startswith("---\nlibrary_name: peft\ntags: [agentprm, policy]\n---\n")
 
     ours = causal_logits(load_causal_lm(out))
     theirs = causal_logits(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_policy), out).eval())
@@ -82,6 +88,8 @@ def test_sft_with_lora_writes_a_peft_adapter_that_peft_and_agentprm_load_alike(d
 
     assert run("sft", *flags, "--lora-merge", "--out", merged) == 0      # same seed, same training, merged on save
     assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
+    assert f"full weights, trained from `{os.path.relpath(tiny_policy.resolve(), merged.resolve())}`" in \
+        (merged / "README.md").read_text()
     assert torch.allclose(causal_logits(load_causal_lm(merged)), ours, atol=1e-5)
 
 

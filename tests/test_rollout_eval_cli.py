@@ -215,6 +215,31 @@ def test_a_prm_folder_given_as_the_policy_is_refused(command, policy_dir, genera
     assert not out.exists()
 
 
+def test_a_hub_id_is_read_from_the_local_cache_and_otherwise_named_in_one_line(policy_dir, generated_tasks, tmp_path,
+                                                                               capsys, monkeypatch):
+    """Issue 29: `--policy Qwen/Qwen2.5-0.5B-Instruct` said "no such model folder" even with the model in the local
+    Hugging Face cache. Now the cache's snapshot is used (never the network), and a missing one gets a hint."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--agentprm-test--tiny-policy"
+    shutil.copytree(policy_dir, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--policy", "agentprm-test/tiny-policy", "--tasks", str(generated_tasks.eval), "--workers",
+                 "1", "--max-steps", "2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["episodes"] == generated_tasks.num
+    capsys.readouterr()
+    assert main(["eval", "--policy", "agentprm-test/not-cached", "--tasks", str(generated_tasks.eval)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("agentprm eval: error: agentprm-test/not-cached: no such model folder "
+                                              f"(nor a model in the local Hugging Face cache {cache}")
+
+
 def test_odd_path_characters_and_a_full_disk(generated_tasks, tmp_path, capsys, monkeypatch):
     """Issue 17: a '[/]' in a path crashed the results table (rich read it as markup); a full disk was a traceback."""
     import errno

@@ -20,7 +20,7 @@ def save_policy(model, tokenizer, out_dir: str | Path, prompt: PromptConfig, mer
         return Path(out_dir)
 
     with atomic_dir(out_dir) as tmp:
-        save_trained(model, tmp, merge)
+        save_trained(model, tmp, merge, what="policy")
         tokenizer.save_pretrained(tmp)
         prompt.save(tmp, **extra)
     return Path(out_dir)

@@ -15,6 +15,7 @@ update stays π_{i-1} exactly: the adapters start at zero (B = 0), so the model 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +24,7 @@ from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, TaskType, get_peft_model
 from transformers.pytorch_utils import Conv1D
 
+from agentprm import __version__
 from agentprm.errors import UserError
 from agentprm.models.presets import ADAPTER_CONFIG, name_base
 from agentprm.train.config import LoraConfig, check_lora
@@ -69,16 +71,45 @@ def trainable(model: torch.nn.Module) -> dict:
     return {"trainable_params": train, "total_params": total, "trainable_fraction": round(train / max(1, total), 6)}
 
 
-def save_trained(model, folder: str | Path, merge: bool = False) -> None:
+def save_trained(model, folder: str | Path, merge: bool = False, what: str = "model") -> None:
     """Write a trained model's weights into `folder`: a peft model's adapter (peft's layout), or with `merge` its
-    merged full weights (the adapters are folded into the model, which stays usable); any other model in full."""
-    if isinstance(model, PeftModel):
-        if merge:
-            model.merge_and_unload().save_pretrained(folder)
-        else:
-            model.save_pretrained(folder)
+    merged full weights (the adapters are folded into the model, which stays usable); any other model in full. Then
+    its model card (`what` it is: "policy", "PRM")."""
+    adapter = isinstance(model, PeftModel) and not merge
+    base = (model.peft_config["default"].base_model_name_or_path if isinstance(model, PeftModel)
+            else getattr(model, "name_or_path", "")) or ""
+    if isinstance(model, PeftModel) and merge:
+        model.merge_and_unload().save_pretrained(folder)
     else:
         model.save_pretrained(folder)
+    write_card(Path(folder), what, base, adapter)
+
+
+def portable_name(base: str, folder: Path) -> tuple[str, bool]:
+    """How a card names the model `folder` was trained from, with nothing of the training machine in it, and whether
+    that is a Hub id: a snapshot of the Hugging Face cache by its id, a folder by its path relative to `folder` (a
+    run folder moves as a whole)."""
+    parts = Path(base).parts
+    cached = next((p for p in parts if p.startswith("models--")), None)
+    if cached and "snapshots" in parts:
+        return cached.removeprefix("models--").replace("--", "/"), True
+    return (os.path.relpath(base, Path(folder).resolve()) if Path(base).is_absolute() else base), False
+
+
+def write_card(folder: Path, what: str, base: str, adapter: bool) -> None:
+    """README.md, Hugging Face's model card: what the folder is and how to load it. (peft's own template named the
+    base by the absolute path of the machine that trained it.)"""
+    name, hub = portable_name(base, folder) if base else ("", False)
+    weights = (f"LoRA adapters (peft) on `{name}`" if adapter else
+               f"full weights, trained from `{name}`" if name else "full weights, trained from scratch")
+    load = {"policy": "agentprm.agent.lm.LMAgent.load(folder)", "PRM": "agentprm.prm.loading.load_prm(folder)"}
+    lines = ["---", f"library_name: {'peft' if adapter else 'transformers'}", f"tags: [agentprm, {what.lower()}]",
+             *([f"base_model: {name}"] if hub else []), "---", "", f"# An agentprm {what}", "",
+             f"{weights}; agentprm {__version__}. `agentprm.json` holds the prompt settings it was trained with and "
+             "how it was trained.", "",
+             f"Load with `{load.get(what, 'transformers.AutoModelForCausalLM.from_pretrained(folder)')}`"
+             + (" (the base is read from `adapter_config.json`)." if adapter else ".")]
+    (folder / "README.md").write_text("\n".join(lines) + "\n")
 
 
 def adapter_base(folder: Path) -> Path:

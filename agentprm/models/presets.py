@@ -11,12 +11,15 @@ parameters, so max_position_embeddings (1024, above the ~600 tokens of our longe
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import snapshot_download
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
@@ -64,10 +67,31 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0) 
         return place(LlamaForCausalLM(config))
 
 
+def _hub_id(name: str) -> bool:
+    """"org/name" whose "org" is no folder here: a Hub id rather than a mistyped relative path ("runs/sft")."""
+    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", name)) and not Path(name.split("/")[0]).exists()
+
+
+def hub_snapshot(name: str) -> Path | None:
+    """The local Hugging Face cache's snapshot of the Hub id `name` ("Qwen/Qwen2.5-0.5B-Instruct"), if it holds one;
+    None otherwise. The cache only: agentprm never downloads."""
+    if not _hub_id(name):
+        return None
+    try:
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:   # LocalEntryNotFoundError, or a malformed id or cache: not there
+        return None
+
+
 def _model_dir(path: str | Path, needs: str, what: str) -> Path:
-    path = Path(path).expanduser()
+    given, path = str(path), Path(path).expanduser()
     if not path.is_dir():
-        raise UserError(f"{path}: no such {what} folder")
+        path = hub_snapshot(given) or path
+    if not path.is_dir():
+        hint = (f" (nor a model in the local Hugging Face cache {hf_constants.HF_HUB_CACHE}: agentprm reads Hub ids "
+                f"from the cache only — fetch it where there is network, e.g. `hf download {given}`, then copy the "
+                "cache or give the folder)") if _hub_id(given) else ""
+        raise UserError(f"{path}: no such {what} folder{hint}")
     if not (path / needs).exists():
         raise UserError(f"{path}: not a {what} folder (no {needs})")
     return path

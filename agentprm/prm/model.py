@@ -90,7 +90,7 @@ class ProcessRewardModel(nn.Module):
             return Path(folder)
 
         with atomic_dir(folder) as tmp:
-            save_trained(self.lm, tmp, merge)
+            save_trained(self.lm, tmp, merge, what="PRM")
             self.tokenizer.save_pretrained(tmp)
             self.prompt.save(tmp, kind=KIND, **info)
         return Path(folder)
