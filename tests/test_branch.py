@@ -6,7 +6,7 @@ from agentprm.agent.replay import episode_states
 import pyarrow as pa
 
 from agentprm.data.trajectories import with_provenance
-from agentprm.envs.alfworld.tasks import TaskSpec
+from agentprm.envs.base import TaskSpec
 from agentprm.rollout.branch import branch_jobs
 from agentprm.targets.mc import mc_targets
 from test_targets import START, S1, as_table, episode

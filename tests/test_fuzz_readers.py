@@ -80,7 +80,8 @@ manifest_rows = st.lists(st.one_of(
 @FUZZ
 @given(rows=manifest_rows, tail=st.one_of(st.just(b""), st.binary(max_size=8)))
 def test_task_manifests(tmp_path, rows, tail):
-    from agentprm.envs.alfworld.tasks import MANIFEST, TaskSpec, load_tasks
+    from agentprm.envs.alfworld.tasks import MANIFEST, load_tasks
+    from agentprm.envs.base import TaskSpec
 
     folder = tmp_path / "tasks"
     (folder / "g0").mkdir(parents=True, exist_ok=True)

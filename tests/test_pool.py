@@ -204,13 +204,13 @@ def test_episodes_lost_with_a_crashed_worker_are_played_again_once(generated_tas
     tasks = load_tasks(generated_tasks.train)[:3]
     crash_on = tasks[0].task_id
 
-    def factory(job, expert):
-        if job.task.task_id == crash_on:
-            return functools.partial(CrashingEnv, str(tmp_path / "crashed"), always, job.task.game,
-                                     max_steps=job.max_steps, task_id=job.task.task_id)
-        return functools.partial(AlfWorldEnv, job.task.game, max_steps=job.max_steps, task_id=job.task.task_id)
+    def factory(task, max_steps, expert):
+        if task.task_id == crash_on:
+            return functools.partial(CrashingEnv, str(tmp_path / "crashed"), always, task.game, max_steps=max_steps,
+                                     task_id=task.task_id)
+        return functools.partial(AlfWorldEnv, task.game, max_steps=max_steps, task_id=task.task_id)
 
-    monkeypatch.setattr(engine, "_env_factory", factory)
+    monkeypatch.setattr(engine, "env_factory", factory)
     jobs = engine.episode_jobs(tasks, per_task=1, seed=0, max_steps=4, tag="t")
     episodes = engine.run_episodes(jobs, RandomAgent(0), num_envs=3, num_workers=1, progress=False)
     assert sorted(e.episode_id for e in episodes) == sorted(j.episode_id for j in jobs)   # each exactly once

@@ -1,5 +1,5 @@
-"""Stage 0 — environments. Later stages read envs only through `agentprm.envs.base.TextEnv` and its `Turn`s; the
-rollout engine and beam search still construct the ALFWorld env by name (docs/architecture.md)."""
-from agentprm.envs.base import TextEnv, Turn
+"""Stage 0 — environments. Later stages read envs only through `agentprm.envs.base.TextEnv` and its `Turn`s, and
+build them by name through `agentprm.envs.registry` (a `TaskSpec`'s `env`: ALFWorld by default)."""
+from agentprm.envs.base import TaskSpec, TextEnv, Turn
 
-__all__ = ["TextEnv", "Turn"]
+__all__ = ["TaskSpec", "TextEnv", "Turn"]

@@ -13,7 +13,9 @@ reset); `won` marks task success; `done` is set on success or when the env's ste
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -38,3 +40,26 @@ class TextEnv(Protocol):
     def step(self, action: str) -> Turn: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a split: which game of which environment (envs/registry.py). ALFWorld's catalogue and its
+    tasks.jsonl are envs/alfworld/tasks.py."""
+    task_id: str
+    task_type: str
+    game: str            # what the env is made from: ALFWorld's game folder (absolute path)
+    split: str = ""
+    floorplan: int = -1
+    goal: str = ""
+    walkthrough_len: int = -1
+    seed: int = -1
+    env: str = "alfworld"   # the registered environment that plays it
+
+    def to_row(self, root: Path) -> dict:
+        row = asdict(self)
+        row["game"] = os.path.relpath(self.game, root)
+        if row["env"] == "alfworld":   # the default: ALFWorld's tasks.jsonl rows stay as they were
+            del row["env"]
+        return row
+

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from agentprm.agent.replay import episode_states
 from agentprm.data.trajectories import EpisodeRecord, branch_episode_id
-from agentprm.envs.alfworld.tasks import TaskSpec
+from agentprm.envs.base import TaskSpec
 from agentprm.rollout.engine import EpisodeJob
 
 SAMPLE_CHUNK = 64

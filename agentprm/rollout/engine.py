@@ -16,7 +16,6 @@ states the agent saw); the job's `origin` / `origin_turn` become the episode's p
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -26,10 +25,9 @@ from agentprm.agent.format import parse_reply
 from agentprm.agent.policies import Agent
 from agentprm.agent.state import AgentState
 from agentprm.data.trajectories import EpisodeRecord, StepRecord
-from agentprm.envs.alfworld.engine import AlfWorldEnv
-from agentprm.envs.alfworld.tasks import TaskSpec
-from agentprm.envs.base import Turn
+from agentprm.envs.base import TaskSpec, Turn
 from agentprm.envs.pool import EnvPool, open_pool
+from agentprm.envs.registry import env_factory, require_replay
 from agentprm.progress import progress_bar
 
 
@@ -58,11 +56,6 @@ def episode_jobs(tasks: Sequence[TaskSpec], per_task: int, seed: int, max_steps:
             for t in tasks for k in range(per_task)]
 
 
-def _env_factory(job: EpisodeJob, expert: bool):
-    return functools.partial(AlfWorldEnv, job.task.game, max_steps=job.max_steps, task_id=job.task.task_id,
-                             expert=expert)
-
-
 def _record(job: EpisodeJob, policy: str, task_text: str = "", error: str = "") -> EpisodeRecord:
     return EpisodeRecord(episode_id=job.episode_id, task_id=job.task.task_id, task_type=job.task.task_type,
                          task=task_text, policy=policy, seed=job.seed, error=error, origin=job.origin,
@@ -75,6 +68,8 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
     """Play every job to the end; returns the episodes sorted by id (and hands each to `writer.add` as it ends).
     `pool`: play on this (already started) pool's slots instead of starting one; it is left open."""
     pending = deque(jobs)
+    require_replay([j.task for j in pending if j.start_actions], "starting an episode from a recorded state "
+                   "(branch rollouts, Reset-50-50, the oracle critic)")
     total = len(pending)
     num_envs = max(1, min(pool.num_slots if pool else num_envs, total))
     num_workers = pool.num_workers if pool else max(1, min(num_workers or os.cpu_count() or 1, num_envs))
@@ -128,7 +123,7 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
             requests[s], sent[s] = ("step", command), (reply, command)
         for s in [s for s in slots if s not in active][:len(pending)]:
             job = pending.popleft()
-            requests[s], sent[s] = ("reset", _env_factory(job, agent.needs_expert)), job
+            requests[s], sent[s] = ("reset", env_factory(job.task, job.max_steps, agent.needs_expert)), job
         return requests, sent
 
     # Two groups of slots, each spread over all workers, take turns: while the workers step one group, the agent

@@ -22,7 +22,7 @@ import torch
 
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.state import AgentState
-from agentprm.envs.alfworld.tasks import TaskSpec
+from agentprm.envs.base import TaskSpec
 from agentprm.envs.pool import EnvPool, open_pool
 from agentprm.rollout.engine import EpisodeJob, run_episodes
 

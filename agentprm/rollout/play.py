@@ -5,7 +5,7 @@ import time
 from typing import Sequence
 
 from agentprm.data.summary import summarize
-from agentprm.envs.alfworld.tasks import TaskSpec
+from agentprm.envs.base import TaskSpec
 from agentprm.rollout.engine import episode_jobs, run_episodes
 
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from agentprm.agent.format import parse_reply
 from agentprm.data.trajectories import EpisodeRecord
-from agentprm.envs.alfworld.tasks import TaskSpec
+from agentprm.envs.base import TaskSpec
 from agentprm.errors import UserError
 from agentprm.rollout.engine import EpisodeJob, episode_jobs
 

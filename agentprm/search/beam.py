@@ -20,7 +20,6 @@ included) for that bookkeeping.
 """
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
@@ -33,10 +32,9 @@ from agentprm.agent.format import parse_reply
 from agentprm.agent.state import AgentState
 from agentprm.data.summary import summarize
 from agentprm.data.trajectories import EpisodeRecord, StepRecord
-from agentprm.envs.alfworld.engine import AlfWorldEnv
-from agentprm.envs.alfworld.tasks import TaskSpec
-from agentprm.envs.base import Turn
+from agentprm.envs.base import TaskSpec, Turn
 from agentprm.envs.pool import EnvPool, open_pool
+from agentprm.envs.registry import env_factory, require_replay
 from agentprm.search.uniform import hash64
 
 
@@ -65,7 +63,8 @@ class BeamResult:
 def beam_search(task: TaskSpec, generator, prm: Critic, pool: EnvPool, *, width: int, expand: int, max_steps: int,
                 episode_id: str = "beam", seed: int = 0) -> BeamResult:
     """One episode of `task`; `pool` needs at least `width` slots (slots 0..width-1 are used)."""
-    factory = functools.partial(AlfWorldEnv, task.game, max_steps=max_steps, task_id=task.task_id)
+    require_replay([task], "beam search")
+    factory = env_factory(task, max_steps)
     record = EpisodeRecord(episode_id, task.task_id, task.task_type, "",
                            f"{generator.name}+beam{width}x{expand}", seed)
     result = BeamResult(record)
@@ -146,6 +145,7 @@ def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, 
     own stream (`generator.fork`, seeded by `seed`, the task and the repeat), so the results do not depend on
     `workers` or on timing — and two searches with the same seed draw the same first candidates (common random
     numbers for a paired comparison such as Q vs the uniform control)."""
+    require_replay(tasks, "beam search")
     start = time.monotonic()
     jobs = list(enumerate((task, k) for task in tasks for k in range(per_task)))
     results: list[BeamResult | None] = [None] * len(jobs)

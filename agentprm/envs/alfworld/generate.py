@@ -41,7 +41,8 @@ from typing import Iterable, Iterator, Sequence
 
 from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, AlfWorldEnv
 from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
-from agentprm.envs.alfworld.tasks import MANIFEST, TaskSpec
+from agentprm.envs.alfworld.tasks import MANIFEST
+from agentprm.envs.base import TaskSpec
 from agentprm.errors import UserError
 from agentprm.io import write_text
 from agentprm.outputs import atomic_dir, owner_record

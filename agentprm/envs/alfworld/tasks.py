@@ -15,34 +15,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE
 from agentprm.envs.alfworld.setup import TASK_TYPES
+from agentprm.envs.base import TaskSpec
 from agentprm.errors import UserError
 from agentprm.io import read_text
 
 MANIFEST = "tasks.jsonl"
 REQUIRED = ("task_id", "task_type", "game")
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    task_id: str
-    task_type: str
-    game: str            # absolute path of the game folder
-    split: str = ""
-    floorplan: int = -1
-    goal: str = ""
-    walkthrough_len: int = -1
-    seed: int = -1
-
-    def to_row(self, root: Path) -> dict:
-        row = asdict(self)
-        row["game"] = os.path.relpath(self.game, root)
-        return row
 
 
 def check_types(types) -> tuple[str, ...]:

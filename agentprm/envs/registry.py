@@ -1,0 +1,71 @@
+"""Environments by name. An entry makes the `TextEnv` of one task (a `TaskSpec`, whose `env` field names the entry)
+and says whether the env can be *replayed*: whether the same commands from a reset always reach the same state.
+Branch rollouts, Reset-50-50, the Monte-Carlo oracle and beam search restore a state by replaying its commands in a
+fresh env, so they refuse an env that cannot.
+
+    @register_env("my-env", replayable=True)
+    def make(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
+        return MyEnv(task.game, max_steps=max_steps)
+
+`make` runs in the env worker processes (envs/pool.py), so it is a module-level function of an importable module. A
+package of your own registers without touching agentprm through an entry point of the group `agentprm.envs` whose
+object is that module (it registers on import), e.g. in pyproject.toml:
+`[project.entry-points."agentprm.envs"] my-env = "my_package.env"`.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Callable, Iterable
+
+from agentprm.envs.alfworld.engine import AlfWorldEnv
+from agentprm.envs.base import TaskSpec, TextEnv
+from agentprm.errors import UserError
+from agentprm.registry import Registry
+
+ENTRY_POINTS = "agentprm.envs"
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    make: Callable[[TaskSpec, int, bool], TextEnv]   # (task, max_steps, expert) -> a reset-able env
+    replayable: bool = True   # the same commands from a reset reach the same state
+
+
+ENVS: Registry[Environment] = Registry("environment")
+
+
+def register_env(name: str, *, replayable: bool = True):
+    def add(make: Callable[[TaskSpec, int, bool], TextEnv]):
+        ENVS.add(name, Environment(name, make, replayable))
+        return make
+    return add
+
+
+def get_env(name: str) -> Environment:
+    """The entry `name`: registered already, or by importing the entry point of that name."""
+    if name not in ENVS:
+        for point in entry_points(group=ENTRY_POINTS, name=name):
+            point.load()
+    return ENVS.entry(name)
+
+
+def env_factory(task: TaskSpec, max_steps: int, expert: bool = False) -> Callable[[], TextEnv]:
+    """What an env worker calls to build `task`'s env (a picklable zero-argument callable)."""
+    return functools.partial(get_env(task.env).make, task, max_steps, expert)
+
+
+def require_replay(tasks: Iterable[TaskSpec], what: str) -> None:
+    """A one-line error before `what` starts on tasks of an env that cannot be replayed to a state."""
+    for name in sorted({t.env for t in tasks}):
+        if not get_env(name).replayable:
+            raise UserError(f"{what} restores states by replaying commands, and environment {name!r} cannot be "
+                            "replayed (registered with replayable=False)")
+
+
+@register_env("alfworld")
+def alfworld(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
+    """ALFWorld on the TextWorld engine (deterministic: replayable); `expert` attaches alfworld's hand-coded expert."""
+    return AlfWorldEnv(task.game, max_steps=max_steps, task_id=task.task_id, expert=expert)
