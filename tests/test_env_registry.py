@@ -74,3 +74,26 @@ def test_an_env_that_cannot_be_replayed_is_refused_by_beam_and_branching(tiny_po
         run_episodes([EpisodeJob(once, "b", start_actions=("add one",))], RandomAgent(0), progress=False)
     episodes = run_episodes([EpisodeJob(once, "a", max_steps=3)], RandomAgent(0), num_workers=1, progress=False)
     assert len(episodes) == 1 and not episodes[0].error   # playing it from the start is fine
+
+
+def test_an_installed_package_registers_its_env_through_an_entry_point(tmp_path, monkeypatch):
+    """A package of the user's registers without touching agentprm: its distribution's entry point of the group
+    agentprm.envs names the module that registers the env, imported on first use of the name."""
+    site = tmp_path / "site"
+    (site / "my_env_pkg-0.1.dist-info").mkdir(parents=True)
+    (site / "my_env_pkg-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: my-env-pkg\n"
+                                                               "Version: 0.1\n")
+    (site / "my_env_pkg-0.1.dist-info" / "entry_points.txt").write_text("[agentprm.envs]\n"
+                                                                       "test-from-a-package = my_env_pkg\n")
+    (site / "my_env_pkg.py").write_text("from agentprm.envs.registry import register_env\n"
+                                        "from toy_env import CounterEnv\n\n"
+                                        "@register_env('test-from-a-package')\n"
+                                        "def make(task, max_steps, expert):\n"
+                                        "    return CounterEnv(task, max_steps)\n")
+    monkeypatch.syspath_prepend(str(site))
+    assert "test-from-a-package" not in ENVS
+    try:
+        task = TaskSpec("t", "count", "1", env="test-from-a-package")
+        assert env_factory(task, max_steps=3)().reset().task == "make the counter show 1."
+    finally:
+        ENVS.pop("test-from-a-package", None)
