@@ -35,22 +35,24 @@ PORT = Range(0, 65535)      # 0: a free one
 SEED = Range(0, 2**31 - 1)   # a stage adds small offsets (seed + i, seed + 1000) and numpy takes < 2**32
 THREADS = Range(0, 1024)     # torch segfaulted at 100000
 UNIT, UNIT_HALF_OPEN, CORRELATION = Range(0, 1), Range(0, 1, high_open=True), Range(-1, 1)
+PROBABILITY_MASS = Range(0, 1, low_open=True)   # a nucleus holds some mass
 
 _BY_NAME = {
     AT_LEAST_1: ("iterations", "train", "eval", "steps", "batch_size", "batch_groups", "grad_accum", "per_task",
                  "max_steps", "num_envs", "workers", "branch_probe", "continuation_states", "continuation_candidates",
                  "samples_per_state", "search_width", "search_expand", "search_per_task", "episodes_per_task",
                  "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size", "concurrency",
-                 "replicas", "best_of", "num", "max_model_len"),
+                 "replicas", "best_of", "num", "max_model_len", "max_new_tokens"),
     PORT: ("port",),
     SEED: ("seed",),
     THREADS: ("threads",),
     AT_LEAST_0: ("time_budget_s", "time_budget", "history_turns", "renumber_copies", "checkpoint_every", "r", "branches",
                  "max_errors", "candidates", "min_margin", "search_tasks", "beam_width", "spro_beta", "entropy_coef",
                  "probe_episodes", "prm_rise", "std_rise", "max_kl", "temperature", "bon_temperature",
-                 "delta", "retries", "gigpo_omega"),
+                 "delta", "retries", "gigpo_omega", "top_k"),
     POSITIVE: ("lr", "beta", "alpha", "clip", "epochs", "timeout_s"),
     UNIT: ("gamma", "gigpo_gamma", "shaping_alpha", "reset_frac", "steer_frac"),
+    PROBABILITY_MASS: ("top_p",),
     UNIT_HALF_OPEN: ("dropout", "heldout_frac"),
     CORRELATION: ("min_spearman",),
 }

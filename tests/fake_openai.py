@@ -84,7 +84,7 @@ class FakeServer:
                                 for i, p in enumerate(prompts)]}
         stop = body.get("stop_token_ids", [])
         out = self.backend.generate([prompts[0]], body.get("n", 1), body["temperature"], body["max_tokens"],
-                                    body["seed"])[0]
+                                    body["seed"], top_k=body.get("top_k", 0), top_p=body.get("top_p", 1.0))[0]
         choices, self.last_shown = [], []
         for i, ids in enumerate(out):
             stopped = bool(ids) and ids[-1] in stop

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from agentprm.agent.encoding import PromptConfig, prompt_ids
-from agentprm.agent.lm import HFBackend, LMAgent
+from agentprm.agent.lm import Decoding, HFBackend, LMAgent, restrict
 from agentprm.agent.policies import ExpertAgent
 from agentprm.agent.replay import episode_states
 from agentprm.agent.tokenizer import build_tokenizer
@@ -52,7 +52,7 @@ def states_turns(tasks):
 
 
 def agent(model, tok, **kw) -> LMAgent:
-    return LMAgent(model, tok, PromptConfig(), max_new_tokens=8, **kw)
+    return LMAgent(model, tok, PromptConfig(), decoding=Decoding(max_new_tokens=8), **kw)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -65,7 +65,7 @@ def test_batched_act_equals_one_at_a_time(model, tok, states_turns, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_batched_rollouts_equal_one_env_at_a_time(policy_dir, tasks, mode):
     play = lambda num_envs: run_episodes(episode_jobs(tasks[:2], 1, 0, 3, "t"), LMAgent.load(policy_dir, mode=mode,
-                                         max_new_tokens=8), num_envs=num_envs, num_workers=1, progress=False)
+                                         decoding=Decoding(max_new_tokens=8)), num_envs=num_envs, num_workers=1, progress=False)
     batched, single = play(2), play(1)
     assert [[s.action for s in e.steps] for e in batched] == [[s.action for s in e.steps] for e in single]
     assert all(len(e.steps) == 3 for e in batched)
@@ -163,3 +163,43 @@ def test_bad_mode_or_temperature_is_a_user_error(model, tok):
         agent(model, tok, mode="beam")
     with pytest.raises(UserError, match="temperature"):
         agent(model, tok, temperature=-1)
+
+
+def test_restrict_keeps_the_top_k_and_the_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.1]]))
+    kept = lambda x=logits, **kw: torch.isfinite(restrict(x, **kw)).squeeze(0).tolist()  # noqa: E731
+    assert kept(top_k=2) == [True, True, False, False]
+    assert kept(torch.log(torch.tensor([[0.5, 0.2, 0.2, 0.1]])), top_k=2) == [True, True, True, False]   # k-th's tie
+    assert kept(top_p=0.5) == [True, False, False, False]             # 0.5 alone reaches 0.5
+    assert kept(top_p=0.6) == [True, True, False, False]
+    assert kept(top_p=0.8) == [True, True, True, False]               # 0.75 before the third is short of 0.8
+    assert kept(top_p=1e-9) == [True, False, False, False]            # the likeliest is always kept
+    assert kept(top_k=3, top_p=0.99) == [True, True, True, False] and kept() == [True] * 4
+    torch.testing.assert_close(restrict(logits, top_k=3)[0, :3], logits[0, :3])   # kept entries are unchanged
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_top_k_one_samples_the_greedy_reply_at_any_temperature(model, tok, states_turns, mode):
+    """top-k = 1 in both modes (over the vocabulary, over the admissible commands) leaves one choice: greedy's."""
+    states, turns = states_turns
+    greedy = agent(model, tok, mode=mode).act(states, turns)
+    hot = LMAgent(model, tok, PromptConfig(), mode=mode, temperature=5.0, seed=3,
+                  decoding=Decoding(max_new_tokens=8, top_k=1))
+    assert all(replies == [g] * 3 for replies, g in zip(hot.sample(states, turns, 3), greedy))
+    nucleus = LMAgent(model, tok, PromptConfig(), mode=mode, temperature=5.0, seed=3,
+                      decoding=Decoding(max_new_tokens=8, top_p=1e-6))
+    assert all(replies == [g] * 3 for replies, g in zip(nucleus.sample(states, turns, 3), greedy))
+    if mode == "choose":   # distinct samples: as many as the restricted set holds
+        one = LMAgent(model, tok, PromptConfig(), mode=mode, temperature=1.0, distinct=True,
+                      decoding=Decoding(top_k=1))
+        assert [len(r) for r in one.sample(states, turns, 3)] == [1] * len(states)
+
+
+def test_generated_replies_end_at_a_stop_string(model, tok, states_turns):
+    states, turns = states_turns
+    sampled = dict(mode="generate", temperature=1.0, seed=0)   # (greedy, the untrained model says nothing)
+    full = agent(model, tok, **sampled).act(states, turns)
+    stop = next(reply[len(reply) // 2:] for reply in full if len(reply) > 1)   # the second half of some reply
+    cut = LMAgent(model, tok, PromptConfig(), **sampled, decoding=Decoding(max_new_tokens=8, stop=[stop]))
+    shortened = cut.act(states, turns)
+    assert shortened == [reply.split(stop, 1)[0] for reply in full] and shortened != full

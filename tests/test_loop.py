@@ -491,3 +491,27 @@ def test_a_config_with_repeated_keys_aliases_or_deep_nesting_is_one_line(tmp_pat
         load_config(tmp_path / "c.yaml")
     assert "\n" not in str(e.value) and str(e.value).startswith(f"{tmp_path / 'c.yaml'}: not valid YAML (")
     assert message in str(e.value)
+
+
+def test_the_decoding_section_loads_and_reaches_the_loops_policies(tmp_path, monkeypatch, capsys):
+    """Issue 29: top-k, top-p, stop strings and the token budget are a config section (and `rollout`/`eval` flags)
+    that every policy the loop plays with is built with; out-of-range values are refused by name."""
+    from agentprm.agent.decoding import Decoding
+    from agentprm.loop.config import load_config
+    from agentprm.loop.run import Loop
+
+    path = tmp_path / "c.yaml"
+    path.write_text('decoding: {top_k: 5, top_p: 0.9, stop: ["\\n", END], max_new_tokens: 12}\n')
+    cfg = load_config(path)
+    assert cfg.decoding == Decoding(max_new_tokens=12, top_k=5, top_p=0.9, stop=["\n", "END"])
+    seen = {}
+    monkeypatch.setattr("agentprm.agent.lm.LMAgent.load", classmethod(lambda cls, folder, **kw: seen.update(kw)))
+    Loop(cfg, tmp_path / "run").load_agent(tmp_path / "pi", mode="choose", temperature=1.0)
+    assert seen == {"decoding": cfg.decoding, "mode": "choose", "temperature": 1.0}
+    for text, field in (("decoding: {top_p: 0}", "decoding.top_p"), ("decoding: {top_k: -1}", "decoding.top_k"),
+                        ("decoding: {max_new_tokens: 0}", "decoding.max_new_tokens")):
+        path.write_text(text + "\n")
+        assert main(["loop", "--config", str(path), "--run-dir", str(tmp_path / "r")]) == 2
+        assert f"field '{field}'" in capsys.readouterr().err, text
+    assert main(["eval", "--policy", "random", "--tasks", str(tmp_path), "--top-p", "1.5"]) == 2
+    assert "--top-p" in capsys.readouterr().err

@@ -9,6 +9,9 @@ Two decoding modes:
              greedy argmax at temperature 0, else a sample from softmax(logp / T). Never inadmissible.
   "generate" free generation (KV cache, left-padded prompts, position ids from the attention mask, so a row's
              tokens do not depend on the rest of the batch); the engine parses the text with `parse_reply`.
+`Decoding` holds the rest of the sampling settings (the loop's `decoding:` section, the commands' flags): top-k and
+top-p restrict what a sample is drawn from in both modes (over the vocabulary, or over the admissible commands);
+`max_new_tokens` and `stop` strings end a generated reply.
 
 Backends take and return token ids (token-in-token-out, see agent/encoding.py), so a trainer later sees exactly
 the ids that were sampled. `HFBackend` runs a local Hugging Face model in-process; `OpenAIBackend`
@@ -26,6 +29,7 @@ from typing import Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
+from agentprm.agent.decoding import Decoding
 from agentprm.agent.encoding import PromptConfig, check_policy_folder, end_of_turn_id, prompt_ids, reply_ids
 from agentprm.agent.format import format_reply
 from agentprm.agent.remote import BackendConfig, OpenAIBackend, server_urls
@@ -37,7 +41,19 @@ from agentprm.envs.pool import configured_ray_address
 from agentprm.errors import UserError
 
 MODES = ("choose", "generate")
-DEFAULT_MAX_NEW_TOKENS = 32
+
+def restrict(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """`logits` (..., V) with everything outside the top-k and the top-p nucleus set to -inf (the likeliest entry is
+    always kept): applied after the temperature, as Hugging Face's samplers do."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)
+        probs = ordered.softmax(-1)
+        outside = probs.cumsum(-1) - probs >= top_p       # the mass before an entry already reaches top_p
+        logits = logits.scatter(-1, order, ordered.masked_fill(outside, float("-inf")))
+    return logits
 
 
 class GenerationBackend(Protocol):
@@ -47,9 +63,9 @@ class GenerationBackend(Protocol):
         ...
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_new_tokens: int,
-                 seed: int) -> list[list[list[int]]]:
+                 seed: int, top_k: int = 0, top_p: float = 1.0) -> list[list[list[int]]]:
         """`n` completions per prompt (token ids, ending at and including EOS if it was produced); greedy at
-        temperature 0; the same seed gives the same completions."""
+        temperature 0, else sampled within `top_k`/`top_p` (`restrict`); the same seed gives the same completions."""
         ...
 
 
@@ -66,7 +82,7 @@ class HFBackend:
         return score_candidates(self.model, prompt_ids, candidate_ids, self.pad_id)
 
     @torch.inference_mode()
-    def generate(self, prompt_ids, n, temperature, max_new_tokens, seed) -> list[list[list[int]]]:
+    def generate(self, prompt_ids, n, temperature, max_new_tokens, seed, top_k=0, top_p=1.0) -> list[list[list[int]]]:
         device = next(self.model.parameters()).device
         rows = [p for p in prompt_ids for _ in range(n)]
         ids, mask = (t.to(device) for t in left_pad(rows, self.pad_id))
@@ -81,7 +97,8 @@ class HFBackend:
         for step in range(max_new_tokens):
             logits = out.logits[:, -1].float()
             if temperature > 0:
-                tok = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen).squeeze(-1)
+                probs = F.softmax(restrict(logits / temperature, top_k, top_p), -1)
+                tok = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
             else:
                 tok = logits.argmax(-1)
             tok = tok.masked_fill(done, self.pad_id)
@@ -108,8 +125,8 @@ class LMAgent:
     needs_expert = False
 
     def __init__(self, model, tokenizer, prompt_cfg: PromptConfig | None = None, *, mode: str = "choose",
-                 temperature: float = 0.0, seed: int = 0, name: str = "lm",
-                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, distinct: bool = False):
+                 temperature: float = 0.0, seed: int = 0, name: str = "lm", decoding: Decoding | None = None,
+                 distinct: bool = False):
         """`distinct` (choose mode): `sample(n)` draws n *different* admissible commands (without replacement from
         softmax(logp / T); the top n at T = 0), fewer when a state has fewer, so every state with two commands
         yields two candidates to compare (a Best-of-N or a DPO pair); otherwise draws are independent."""
@@ -120,7 +137,7 @@ class LMAgent:
         is_backend = hasattr(model, "score") and hasattr(model, "generate") and not isinstance(model, torch.nn.Module)
         self.backend = model if is_backend else HFBackend(model, tokenizer.pad_token_id, end_of_turn_id(tokenizer))
         self.tokenizer, self.prompt_cfg = tokenizer, prompt_cfg or PromptConfig()
-        self.mode, self.temperature, self.name, self.max_new_tokens = mode, temperature, name, max_new_tokens
+        self.mode, self.temperature, self.name, self.decoding = mode, temperature, name, decoding or Decoding()
         if distinct and mode != "choose":
             raise UserError("distinct samples need decoding mode 'choose' (free generation can repeat itself)")
         self.distinct = distinct
@@ -172,8 +189,10 @@ class LMAgent:
         prompts = [prompt_ids(self.tokenizer, s, self.prompt_cfg, st) for s, st in zip(states, steered)]
         seed = self._rng.getrandbits(63)
         if self.mode == "generate":
-            out = self.backend.generate(prompts, n, self.temperature, self.max_new_tokens, seed)
-            return [[self.tokenizer.decode(ids, skip_special_tokens=True) for ids in row] for row in out]
+            d = self.decoding
+            extra = {"top_k": d.top_k, "top_p": d.top_p} if (d.top_k, d.top_p) != (0, 1.0) else {}
+            out = self.backend.generate(prompts, n, self.temperature, d.max_new_tokens, seed, **extra)
+            return [[self._cut(self.tokenizer.decode(ids, skip_special_tokens=True)) for ids in row] for row in out]
         commands = [list(s.admissible) for s in states]
         candidates = [[self._ids(format_reply(c)) for c in cmds] for cmds in commands]
         scores = self.backend.score(prompts, candidates)
@@ -187,8 +206,16 @@ class LMAgent:
                 return logp.topk(n).indices.tolist()
         elif self.temperature == 0:
             return [int(logp.argmax())] * n
-        probs = F.softmax(logp.float() / self.temperature, -1)
+        probs = F.softmax(restrict(logp.float() / self.temperature, self.decoding.top_k, self.decoding.top_p), -1)
+        if self.distinct:
+            n = min(n, int((probs > 0).sum()))   # top-k/top-p may leave fewer commands than asked for
         return torch.multinomial(probs, n, replacement=not self.distinct, generator=gen).tolist()
+
+    def _cut(self, reply: str) -> str:
+        """A generated reply up to the first stop string."""
+        for stop in self.decoding.stop:
+            reply = reply.split(stop, 1)[0] if stop else reply
+        return reply
 
     def _ids(self, reply: str) -> list[int]:
         if reply not in self._reply_ids:

@@ -96,12 +96,14 @@ class OpenAIBackend:
         return self._map(one, len(prompt_ids))
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_new_tokens: int,
-                 seed: int) -> list[list[list[int]]]:
+                 seed: int, top_k: int = 0, top_p: float = 1.0) -> list[list[list[int]]]:
+        restrict = {**({"top_k": top_k} if top_k else {}), **({"top_p": top_p} if top_p < 1.0 else {})}
+
         def one(k: int) -> list[list[int]]:
             body = {"prompt": list(prompt_ids[k]), "n": n, "temperature": temperature, "max_tokens": max_new_tokens,
                     "seed": random.Random(seed * 1_000_003 + k).getrandbits(31), "logprobs": 0,
                     "return_tokens_as_token_ids": True, "stop_token_ids": [self.eos_id],
-                    "skip_special_tokens": False}
+                    "skip_special_tokens": False, **restrict}
             choices = sorted(self._post("/v1/completions", body)["choices"], key=lambda c: c["index"])
             return [self._completion_ids(c) for c in choices]
 

@@ -55,10 +55,10 @@ class ReplicatedBackend:
         return self._run("score", len(prompt_ids), lambda r, k: ([prompt_ids[i] for i in r],
                                                                  [candidate_ids[i] for i in r]))
 
-    def generate(self, prompt_ids, n, temperature, max_new_tokens, seed) -> list[list[list[int]]]:
+    def generate(self, prompt_ids, n, temperature, max_new_tokens, seed, **restrict) -> list[list[list[int]]]:
         return self._run("generate", len(prompt_ids), lambda r, k: (
             [prompt_ids[i] for i in r], n, temperature, max_new_tokens,
-            seed if k == 0 else random.Random(seed * 1_000_003 + k).getrandbits(63)))
+            seed if k == 0 else random.Random(seed * 1_000_003 + k).getrandbits(63)), restrict)
 
     def stop(self) -> None:
         """Stop the Ray actors (they would also end with the last reference to them) and the threads."""
@@ -69,9 +69,9 @@ class ReplicatedBackend:
                 ray.kill(replica, no_restart=True)
         self._threads.shutdown(wait=False)
 
-    def _run(self, method: str, count: int, args_of) -> list:
+    def _run(self, method: str, count: int, args_of, kwargs: dict | None = None) -> list:
         parts = shards(count, len(self.replicas))
-        futures = [self._submit(self.replicas[k], method, args_of(r, k)) for k, r in enumerate(parts)]
+        futures = [self._submit(self.replicas[k], method, args_of(r, k), kwargs or {}) for k, r in enumerate(parts)]
         out: list = []
         for k, future in enumerate(futures):
             try:
@@ -84,10 +84,10 @@ class ReplicatedBackend:
                                 f"{first[:300]}") from e
         return out
 
-    def _submit(self, replica, method: str, args: tuple) -> Future:
+    def _submit(self, replica, method: str, args: tuple, kwargs: dict) -> Future:
         if _is_actor(replica):
-            return getattr(replica, method).remote(*args).future()
-        return self._threads.submit(getattr(replica, method), *args)
+            return getattr(replica, method).remote(*args, **kwargs).future()
+        return self._threads.submit(getattr(replica, method), *args, **kwargs)
 
 
 def _is_actor(replica) -> bool:
@@ -112,8 +112,8 @@ class _PolicyReplica:
     def score(self, prompt_ids, candidate_ids) -> list:
         return [t.cpu() for t in self.backend.score(prompt_ids, candidate_ids)]
 
-    def generate(self, prompt_ids, n, temperature, max_new_tokens, seed) -> list:
-        return self.backend.generate(prompt_ids, n, temperature, max_new_tokens, seed)
+    def generate(self, prompt_ids, n, temperature, max_new_tokens, seed, **restrict) -> list:
+        return self.backend.generate(prompt_ids, n, temperature, max_new_tokens, seed, **restrict)
 
 
 def ray_replicas(policy_dir: str | Path, count: int, address: str = "") -> ReplicatedBackend:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from agentprm.agent.decoding import Decoding
 from agentprm.agent.remote import BACKENDS, BackendConfig
 from agentprm.commands.common import (add_common, add_config_flags, add_device_flags, add_max_errors, config_from_args,
                                       write_summary)
@@ -24,6 +25,7 @@ def add_policy_args(p: argparse.ArgumentParser, baselines: bool = False) -> None
     add_config_flags(p, RolloutConfig, only=("mode", "num_envs", "workers", "pool", "ray_address"),
                      choices={"mode": ("choose", "generate"), "pool": POOLS})
     add_config_flags(p, BackendConfig, choices={"backend": BACKENDS})
+    add_config_flags(p, Decoding)
 
 
 def make_agent(args: argparse.Namespace):
@@ -44,7 +46,8 @@ def make_agent(args: argparse.Namespace):
 
     if not args.threads:   # env workers share the cores; more torch threads make every step slower
         torch.set_num_threads(1)
-    return LMAgent.load(args.policy, backend=backend, mode=args.mode, temperature=args.temperature, seed=args.seed)
+    return LMAgent.load(args.policy, backend=backend, mode=args.mode, temperature=args.temperature, seed=args.seed,
+                        decoding=config_from_args(Decoding, args))
 
 
 def register(sub) -> None:

@@ -18,6 +18,7 @@ from agentprm.envs.pool import POOLS
 from agentprm.errors import UserError
 from agentprm.io import read_text
 from agentprm.loop.algos import check_algorithm
+from agentprm.agent.decoding import Decoding
 from agentprm.agent.remote import BackendConfig, check_backend_config
 from agentprm.models.device import DeviceConfig, check_device_config
 from agentprm.ranges import check_section
@@ -102,6 +103,8 @@ class LoopConfig:
     device: DeviceConfig = field(default_factory=DeviceConfig)   # where every model of the run lives
     backend: BackendConfig = field(default_factory=BackendConfig)   # how rollouts and evals run π: in-process, or
                                     # (backend: openai) through a vLLM server the loop starts for each policy
+    decoding: Decoding = field(default_factory=Decoding)   # how π samples in rollouts and evals besides the
+                                    # temperature: top-k, top-p, and in generate mode the token budget and stop strings
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

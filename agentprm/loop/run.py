@@ -147,13 +147,14 @@ class Loop:
         check_env_errors(episodes, self.cfg.rollout.max_errors, f"stage {stage}: ", "set rollout.max_errors: {n}")
 
     def load_agent(self, policy_dir: Path, **kwargs):
-        """π from `policy_dir` as the loop's rollouts and evals play it: in-process, or served — through a vLLM
+        """π from `policy_dir` as the loop's rollouts and evals play it (with the `decoding` section): in-process, or
+        served — through a vLLM
         server (`backend: openai`; log in serve.log) or by `backend.replicas` Ray actors (agent/replicas.py) — by
         servers this loop starts for the policy and replaces whenever the policy changes, so the policy that plays
         is always the one just trained."""
         from agentprm.agent.lm import LMAgent
 
-        b = self.cfg.backend
+        b, kwargs = self.cfg.backend, {"decoding": self.cfg.decoding, **kwargs}
         if b.backend != "openai" and b.replicas == 1:
             return LMAgent.load(policy_dir, **kwargs)
         policy_dir = Path(policy_dir).resolve()
