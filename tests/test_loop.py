@@ -17,6 +17,7 @@ import yaml
 from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.eval.paired import row_name
+from agentprm.eval.play import EvalRow
 
 
 def mini_config(tmp_path: Path, generated_tasks, tiny_policy, **over) -> Path:
@@ -119,6 +120,15 @@ def check_run(run: Path, tiny_policy: Path) -> None:
         ("pi1", 1, 2, "bon2-uniform"), ("pi1", 1, 2, "beam2x1-uniform")]
     for r in rows:
         assert r["episodes"] == 6 and r["ci95"][0] <= r["success_rate"] <= r["ci95"][1]
+        # every eval's episodes are kept beside its summary: the same outcomes, task by task
+        stage = EvalRow(r["policy"], r["iteration"], r["best_of_n"], r.get("search", "")).stage
+        kept = list(iter_episodes(read_trajectories(run / "evals" / f"{stage}.parquet")))
+        per_task = {}
+        for e in kept:
+            per_task.setdefault(e.task_id, [0, 0])
+            per_task[e.task_id][0] += int(e.won)
+            per_task[e.task_id][1] += 1
+        assert per_task == r["per_task"], stage
     assert results["wall_seconds"] > 0 and results["config"]["rollout"]["per_task"] == 2
     # paired differences of the rows they claim to beat, on the same 6 eval tasks
     comps = {(c["a"], c["b"]): c for c in results["comparisons"]}

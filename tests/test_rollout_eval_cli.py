@@ -63,7 +63,7 @@ def test_an_interrupted_rollout_resumes_with_only_the_missing_episodes(policy_di
 def test_eval_json_has_rate_ci_and_provenance(generated_tasks, tmp_path):
     path = tmp_path / "eval.json"
     rc = main(["eval", "--policy", "expert", "--tasks", str(generated_tasks.eval), "--seed", "0",
-               "--workers", "1", "--json", str(path)])
+               "--workers", "1", "--json", str(path), "--episodes", str(tmp_path / "episodes.parquet")])
     assert rc == 0
     s = json.loads(path.read_text())
     assert s["episodes"] == generated_tasks.num and s["successes"] > 0
@@ -71,6 +71,11 @@ def test_eval_json_has_rate_ci_and_provenance(generated_tasks, tmp_path):
     assert lo <= s["success_rate"] <= hi and lo < hi
     assert set(s["by_type"]) and s["mean_turns"] > 0
     assert s["policy"] == "expert" and s["provenance"]["seed"] == 0
+    # --episodes: the episodes behind the summary, turn by turn
+    episodes = list(iter_episodes(read_trajectories(tmp_path / "episodes.parquet")))
+    assert {e.task_id: [int(e.won), 1] for e in episodes} == s["per_task"]
+    assert sum(len(e.steps) for e in episodes) / len(episodes) == pytest.approx(s["mean_turns"])
+    assert all(e.policy == "expert" and e.steps[-1].done for e in episodes)
 
 
 @pytest.mark.parametrize("command", ["eval", "rollout"])

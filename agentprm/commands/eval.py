@@ -23,10 +23,12 @@ def register(sub) -> None:
     p.add_argument("--best-of", type=int, default=1, metavar="N", help="Best-of-N with --prm (default 1: off)")
     p.add_argument("--beam-width", type=int, default=0, metavar="K", help="beam search with --prm (default 0: off)")
     p.add_argument("--beam-expand", type=int, default=4, metavar="M", help="samples per beam branch (default 4)")
+    p.add_argument("--episodes", metavar="FILE", help="also write every episode played, turn by turn (Parquet, the "
+                                                      "trajectory schema of docs/data.md)")
     add_max_errors(p)
     add_device_flags(p)
     add_common(p)
-    declare(p, inputs=("policy", "prm", "tasks"))
+    declare(p, {"episodes": "file"}, inputs=("policy", "prm", "tasks"))
     p.set_defaults(func=run)
 
 
@@ -49,6 +51,10 @@ def run(args) -> int:
         summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
     summary["policy"] = BestOfNAgent.label(agent.name, args.best_of) if args.best_of > 1 else agent.name
     print_table(summary, title=f"{summary.get('search', agent.name)} on {args.tasks}")
+    if args.episodes:
+        from agentprm.data.trajectories import write_episodes_file
+
+        write_episodes_file(args.episodes, episodes)
     write_summary(args, summary)
     check_env_errors(episodes, args.max_errors, "", "pass --max-errors {n}")   # after the table and the JSON
     return 0

@@ -124,8 +124,9 @@ class Loop:
         train_sft(self.demos(train_tasks), out, self.cfg.policy0.sft, seed=self.cfg.seed, progress=self.progress)
 
     def evaluate(self, row, agent, eval_tasks, critic=None, beam: tuple[int, int] | None = None) -> dict:
-        """The eval stage evals/<row.stage>.json and its results row (`row`: eval/play.py EvalRow): `agent()` played
-        greedily, or with `critic()` as Best-of-`row.best_of_n` or beam search with `beam` = (width, expand)."""
+        """The eval stage evals/<row.stage>.json (its episodes beside it, evals/<row.stage>.parquet) and its results
+        row (`row`: eval/play.py EvalRow): `agent()` played greedily, or with `critic()` as Best-of-`row.best_of_n` or
+        beam search with `beam` = (width, expand)."""
         from agentprm.eval.play import EvalPlay, play_eval
 
         c, r = self.cfg.eval, self.cfg.rollout
@@ -135,6 +136,7 @@ class Loop:
             episodes, summary = play_eval(agent(), eval_tasks, how, critic=critic() if critic else None,
                                           best_of=1 if beam else row.best_of_n, beam=beam, tag=f"eval-{row.stage}")
             self.check_errors(f"eval_{row.stage}", episodes)
+            write_episodes_file(self.run_dir / "evals" / f"{row.stage}.parquet", episodes)   # what the agent did
             write_json(out, summary)
 
         summary = json.loads(self.stages.run(f"eval_{row.stage}", f"evals/{row.stage}.json", build).read_text())
