@@ -66,10 +66,10 @@ def test_the_check_sees_a_backward_import(tmp_path):
     assert LAYER[_unit("agentprm.policy.sft")] > LAYER[_unit("agentprm.prm.train")]
 
 
-def module_imports(path: Path) -> set[str]:
-    """The agentprm modules `path` imports when it is imported: statements at module level (inside `try`/`if` too),
-    not those inside functions or under `if TYPE_CHECKING:`."""
-    found: set[str] = set()
+def module_level_imports(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run when `path` is imported: at module level (inside `try`/`if` too), not those
+    inside functions or under `if TYPE_CHECKING:`."""
+    found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(body) -> None:
         for node in body:
@@ -79,12 +79,22 @@ def module_imports(path: Path) -> set[str]:
                 for part in (node.body, node.orelse, *([h.body for h in node.handlers] if isinstance(node, ast.Try)
                                                        else []), getattr(node, "finalbody", [])):
                     visit(part)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.update([node.module] + [f"{node.module}.{a.name}" for a in node.names])
-            elif isinstance(node, ast.Import):
-                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and node.module and
+                                                  node.level == 0):
+                found.append(node)
 
     visit(ast.parse(path.read_text(), str(path)).body)
+    return found
+
+
+def module_imports(path: Path) -> set[str]:
+    """The agentprm modules (and names of them) `path` imports when it is imported."""
+    found: set[str] = set()
+    for node in module_level_imports(path):
+        if isinstance(node, ast.ImportFrom):
+            found.update([node.module] + [f"{node.module}.{a.name}" for a in node.names])
+        else:
+            found.update(a.name for a in node.names)
     return {m for m in found if m.startswith("agentprm.")}
 
 
@@ -162,24 +172,9 @@ def _lazy_exports(modules: dict[str, Path]) -> dict[str, str]:
 
 
 def _external_imports(path: Path) -> set[str]:
-    """Top-level distributions a module imports when it is imported (module level, outside TYPE_CHECKING)."""
-    found: set[str] = set()
-
-    def visit(body) -> None:
-        for node in body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                visit(node.orelse)
-            elif isinstance(node, (ast.If, ast.Try)):
-                for part in (node.body, node.orelse, *([h.body for h in node.handlers] if isinstance(node, ast.Try)
-                                                       else []), getattr(node, "finalbody", [])):
-                    visit(part)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module.split(".")[0])
-            elif isinstance(node, ast.Import):
-                found.update(a.name.split(".")[0] for a in node.names)
-
-    visit(ast.parse(path.read_text(), str(path)).body)
-    return found
+    """Top-level distributions a module imports when it is imported."""
+    return {(node.module if isinstance(node, ast.ImportFrom) else a.name).split(".")[0]
+            for node in module_level_imports(path) for a in node.names}
 
 
 def needless_function_imports(root: Path) -> list[str]:
