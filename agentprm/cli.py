@@ -16,7 +16,8 @@ from agentprm.errors import UserError
 # OSErrors that are the machine's state, not a bug: a full disk or quota, a folder without write permission, a
 # read-only file system. Atomic writes (io.atomic_path) leave nothing half-written when they strike.
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
-COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve"]
+COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve",
+            "serve_prm"]
 
 
 class OneLineErrors(argparse.ArgumentParser):

@@ -66,6 +66,8 @@ class ProcessRewardModel(nn.Module):
     @classmethod
     def load(cls, folder: str | Path) -> ProcessRewardModel:
         folder = Path(folder).expanduser()
+        if not folder.is_dir():
+            raise UserError(f"{folder}: no such PRM folder")
         meta = folder / CONFIG_FILE
         kind = read_json_object(meta).get("kind") if meta.is_file() else None
         if kind != KIND:

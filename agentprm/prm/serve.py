@@ -1,0 +1,133 @@
+"""The PRM as a reward for other trainers: `agentprm serve-prm --prm DIR` answers HTTP requests with Q(s_t, a_t) for
+every turn of the episodes it is sent, so a verl or OpenRLHF custom reward function (or anything that speaks HTTP)
+scores its agent's trajectories with a PRM trained here. The standard library's threaded HTTP server; the model
+scores one batch at a time.
+
+    GET  /health  -> {"status": "ok", "prm": "<folder>"}
+    POST /score   {"episodes": [{"task": "put a mug in the fridge.", "steps": [
+                       {"observation": "You are in the middle of a room ...", "admissible": ["go to fridge 1", ...],
+                        "action": "go to fridge 1"}, ...]}, ...]}
+                  -> {"scores": [[Q(s_0, a_0), Q(s_1, a_1), ...], ...]}
+
+A step is what the agent saw before acting (its observation and admissible commands) and what it did, as in the
+trajectory schema (docs/data.md); the state the PRM scores is rebuilt from the episode's steps so far, exactly as
+training rebuilt it. A bad request is answered 400 with {"error": "<one line naming the field>"}.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agentprm.agent.critic import Critic
+from agentprm.agent.replay import episode_states
+from agentprm.data.trajectories import EpisodeRecord, StepRecord
+from agentprm.errors import UserError
+
+MAX_BODY = 64 * 2**20   # bytes: a request larger than this is refused (413) before it is read
+BATCH = 64              # (state, action) pairs per forward pass
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{where}: must be a string, got {type(value).__name__}")
+    return value
+
+
+def _episode(raw: Any, k: int) -> EpisodeRecord:
+    where = f"episodes[{k}]"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: must be an object with 'task' and 'steps'")
+    steps = raw.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise UserError(f"{where}.steps: must be a non-empty list")
+    records = []
+    for t, step in enumerate(steps):
+        at = f"{where}.steps[{t}]"
+        if not isinstance(step, dict):
+            raise UserError(f"{at}: must be an object with 'observation', 'admissible' and 'action'")
+        admissible = step.get("admissible", [])
+        if not isinstance(admissible, list):
+            raise UserError(f"{at}.admissible: must be a list of strings")
+        records.append(StepRecord(t, _text(step.get("observation"), f"{at}.observation"),
+                                  tuple(_text(a, f"{at}.admissible[{j}]") for j, a in enumerate(admissible)),
+                                  _text(step.get("action"), f"{at}.action")))
+    task = _text(raw.get("task"), f"{where}.task")
+    return EpisodeRecord(f"request-{k}", _text(raw.get("task_id", f"request-{k}"), f"{where}.task_id"), "", task,
+                         "client", 0, records)
+
+
+def episode_scores(critic: Critic, episodes: Any, batch: int = BATCH) -> list[list[float]]:
+    """Q(s_t, a_t) of every turn of each episode (the request format above); a UserError naming the field first."""
+    if not isinstance(episodes, list):
+        raise UserError("episodes: must be a list")
+    records = [_episode(e, k) for k, e in enumerate(episodes)]
+    pairs = [list(episode_states(r)) for r in records]
+    flat = [p for ps in pairs for p in ps]
+    scores: list[float] = []
+    for i in range(0, len(flat), batch):
+        chunk = flat[i:i + batch]
+        scores += critic.score([s for s, _ in chunk], [a for _, a in chunk]).tolist()
+    out, at = [], 0
+    for ps in pairs:
+        out.append(scores[at:at + len(ps)])
+        at += len(ps)
+    return out
+
+
+class PRMServer(ThreadingHTTPServer):
+    """`critic` behind /health and /score on (host, port) — port 0 takes a free one (`server_address` says which)."""
+    daemon_threads = True
+
+    def __init__(self, critic: Critic, name: str, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0):
+        self.critic, self.name, self.timeout_s = critic, name, timeout_s
+        self.lock = threading.Lock()   # one forward pass at a time: memory stays that of one batch
+        super().__init__((host, port), _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: PRMServer
+
+    def setup(self) -> None:
+        self.timeout = self.server.timeout_s   # a client that stops sending mid-request does not hold a thread
+        super().setup()
+
+    def _reply(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:   # noqa: N802 (http.server's name)
+        if self.path != "/health":
+            return self._reply(404, {"error": f"no such endpoint {self.path}; GET /health, POST /score"})
+        self._reply(200, {"status": "ok", "prm": self.server.name})
+
+    def do_POST(self) -> None:   # noqa: N802
+        if self.path != "/score":
+            return self._reply(404, {"error": f"no such endpoint {self.path}; GET /health, POST /score"})
+        size = int(self.headers.get("Content-Length") or 0)
+        if size > MAX_BODY:
+            return self._reply(413, {"error": f"request of {size} bytes; at most {MAX_BODY}: send fewer episodes"})
+        try:
+            body = json.loads(self.rfile.read(size) or b"null")
+            if not isinstance(body, dict):
+                raise UserError("the request must be a JSON object {\"episodes\": [...]}")
+            with self.server.lock:
+                scores = episode_scores(self.server.critic, body.get("episodes"))
+        except json.JSONDecodeError as e:
+            return self._reply(400, {"error": f"not valid JSON ({e.msg})"})
+        except UserError as e:
+            return self._reply(400, {"error": " ".join(str(e).splitlines())})
+        self._reply(200, {"scores": scores})
+
+    def log_message(self, format: str, *args) -> None:   # one line per request on stderr, as http.server does,
+        pass                                               # is noise in a trainer's log: quiet
