@@ -42,6 +42,7 @@ from agentprm.errors import UserError
 
 MODES = ("choose", "generate")
 
+
 def restrict(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """`logits` (..., V) with everything outside the top-k and the top-p nucleus set to -inf (the likeliest entry is
     always kept): applied after the temperature, as Hugging Face's samplers do."""
