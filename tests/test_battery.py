@@ -47,6 +47,7 @@ BASE = {
     "loop": ["loop", "--config", "c.yaml", "--run-dir", "r"],
     "quickstart": ["quickstart", "--out", "o"],
     "serve": ["serve", "--policy", "p"],
+    "serve-prm": ["serve-prm", "--prm", "q"],
 }
 
 

@@ -62,6 +62,37 @@ def test_beam_follows_the_prm_to_a_win(task, width):
         assert result.env_steps > 2 * prm.length
 
 
+def test_every_step_keeps_what_was_weighed_and_its_scores(task, tmp_path):
+    """Issue 30: a beam episode's steps and a Best-of-N episode's steps keep the candidates weighed at each turn and
+    the critic's scores — through the stored Parquet and back — and the action taken is the best-scored one."""
+    from agentprm.data.trajectories import iter_episodes, read_trajectories, write_episodes_file
+    from agentprm.rollout.play import play_tasks
+    from agentprm.search import BestOfNAgent
+
+    prm = Walkthrough(task)
+    with EnvPool(1, num_slots=2) as pool:
+        beam = beam_search(task, Shuffled(), prm, pool, width=2, expand=3, max_steps=prm.length + 5).episode
+
+    class Sampler(Shuffled):
+        def sample(self, states, turns, n):   # with replacement, so samples may agree
+            return [[self.rng.choice(list(s.admissible)) for _ in range(n)] for s in states]
+
+    bon, _ = play_tasks(BestOfNAgent(Sampler(2), prm, 4), [task], per_task=1, seed=0, max_steps=5, tag="t",
+                        workers=1, progress=False)
+    write_episodes_file(tmp_path / "e.parquet", [beam, *bon])
+    stored = {e.episode_id: e for e in iter_episodes(read_trajectories(tmp_path / "e.parquet"))}
+    for episode in (beam, bon[0]):
+        assert stored[episode.episode_id].steps == episode.steps          # the columns round-trip
+        for step in episode.steps:
+            assert step.action in step.candidates and len(set(step.candidates)) == len(step.candidates)
+            if step.candidate_scores:
+                assert len(step.candidate_scores) == len(step.candidates)
+                assert step.candidate_scores[step.candidates.index(step.action)] == max(step.candidate_scores)
+            else:   # Best-of-N: all samples agreed, nothing was scored
+                assert len(step.candidates) == 1
+    assert all(len(s.candidates) == 3 and s.candidate_scores for s in beam.steps)   # 3 distinct samples a turn
+
+
 def test_random_policy_beam_without_a_useful_prm_loses_and_counts_samples(task):
     class Flat:
         def score(self, states, replies):

@@ -173,3 +173,19 @@ def test_shards_whose_columns_disagree_are_named(tmp_path):
     with pytest.raises(UserError, match=r"part-00001.parquet: column 'extra' has type string where part-00000.parquet "
                                         r"has int64"):
         read_trajectories(tmp_path)
+
+
+def test_shards_from_before_the_candidate_columns_read_with_them_empty(tmp_path):
+    """Shards written before episodes kept what the agent weighed (no candidate columns) still read, as steps that
+    weighed nothing; a mixed folder reads as one."""
+    old = pa.Table.from_pylist(episode("a", 2).rows(), schema=SCHEMA).drop_columns(["candidates", "candidate_scores"])
+    (tmp_path / "traj").mkdir()
+    pq.write_table(old, tmp_path / "traj" / "part-00000.parquet")
+    weighed = episode("b", 1)
+    weighed.steps[0] = StepRecord(**{**weighed.steps[0].__dict__, "candidates": ("look", "go to shelf 0"),
+                                     "candidate_scores": (0.25, 0.75)})
+    with ShardWriter(tmp_path / "traj") as writer:
+        writer.add(weighed)
+    a, b = iter_episodes(read_trajectories(tmp_path / "traj"))
+    assert [(s.candidates, s.candidate_scores) for s in a.steps] == [((), ())] * 2
+    assert b.steps == weighed.steps

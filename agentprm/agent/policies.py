@@ -13,6 +13,8 @@ from agentprm.envs.base import Turn
 
 
 class Agent(Protocol):
+    """Replies for a batch of states. An agent that chooses among samples may also set `considered` in `act`: per
+    state, (the candidates it weighed, their scores), which the rollout engine stores with each step (Best-of-N)."""
     name: str
     needs_expert: bool   # the env must compute the hand-coded expert's next action each turn
 

@@ -3,7 +3,6 @@ GET /health, POST /score with episodes, answered with Q(s_t, a_t) per turn. Runs
 from __future__ import annotations
 
 from agentprm.commands.common import add_device_flags
-from agentprm.errors import require
 from agentprm.outputs import declare
 
 
@@ -21,8 +20,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    require(0 <= args.port <= 65535, f"--port {args.port}: must be in [0, 65535]")
-    require(args.timeout > 0, f"--timeout {args.timeout}: must be > 0")
     from agentprm.prm.loading import load_prm
     from agentprm.prm.serve import PRMServer
 

@@ -29,9 +29,14 @@ episodes. See docs/data.md for reading with pyarrow / pandas / `datasets`.
                                      turns replayed from another episode, a different action forced at turn
                                      `origin_turn`, then `policy` (rollout/branch.py)
     origin_turn        int32         the turn where a reset or branch episode leaves its source; 0 for origin ""
+    candidates         list<string>  the replies the agent weighed before `action` (Best-of-N: its N samples, each
+                                     once); empty for an agent that acts without choosing among samples
+    candidate_scores   list<float32> the critic's score of each of `candidates` (Best-of-N: Q_i, or the uniform
+                                     control's); empty when they were not scored (all N samples agreed)
 
 Shards written before the provenance columns existed are read with them derived from the episode ids (which
-still end in "-reset<k>" / "-branch<k>" for those episodes, but nothing reads provenance from ids any more).
+still end in "-reset<k>" / "-branch<k>" for those episodes, but nothing reads provenance from ids any more); shards
+from before the candidate columns are read with them empty.
 
 An episode that failed before its first action is stored as one row with turn 0, an empty action and the
 error, so failures are never silently lost.
@@ -74,11 +79,15 @@ SCHEMA = pa.schema([
     ("error", pa.string()),
     ("origin", pa.string()),
     ("origin_turn", pa.int32()),
+    ("candidates", pa.list_(pa.string())),
+    ("candidate_scores", pa.list_(pa.float32())),
 ])
 EPISODE_COLUMNS = ("episode_id", "task_id", "task_type", "task", "policy", "seed", "error", "origin", "origin_turn")
 ORIGINS = ("", "reset", "branch")
 PROVENANCE = ("origin", "origin_turn")
-STEP_COLUMNS = ("turn", "observation", "admissible", "action", "reward", "done", "won", "admissible_action")
+STEP_COLUMNS = ("turn", "observation", "admissible", "action", "reward", "done", "won", "admissible_action",
+                "candidates", "candidate_scores")
+CANDIDATES = ("candidates", "candidate_scores")
 SORT_KEYS = [("episode_id", "ascending"), ("turn", "ascending")]
 DEFAULT_ROWS_PER_SHARD = 10_000
 
@@ -94,14 +103,19 @@ class StepRecord:
     done: bool = False
     won: bool = False
     admissible_action: bool = False
+    candidates: tuple[str, ...] = ()           # what the agent weighed before `action` (Best-of-N's samples)
+    candidate_scores: tuple[float, ...] = ()   # the critic's score of each (empty: not scored)
 
     @classmethod
-    def from_turns(cls, turn: int, seen: Turn, action: str, result: Turn) -> StepRecord:
-        """The record of acting `action` on `seen` (the Turn the agent saw), which led to `result`."""
+    def from_turns(cls, turn: int, seen: Turn, action: str, result: Turn,
+                   considered: tuple[tuple[str, ...], tuple[float, ...]] = ((), ())) -> StepRecord:
+        """The record of acting `action` on `seen` (the Turn the agent saw), which led to `result`, after weighing
+        `considered` = (candidates, their scores)."""
         admissible = result.info.get("admissible_action", action.strip() in seen.admissible)
         return cls(turn=turn, observation=seen.observation, admissible=tuple(seen.admissible), action=action,
                    reward=float(result.reward), done=bool(result.done), won=bool(result.won),
-                   admissible_action=bool(admissible))
+                   admissible_action=bool(admissible), candidates=tuple(considered[0]),
+                   candidate_scores=tuple(considered[1]))
 
 
 _NO_STEP = StepRecord(turn=0, observation="", admissible=(), action="", done=True)
@@ -242,7 +256,7 @@ def read_shard(path: Path) -> pa.Table:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         raise UserError(f"{path}: not a readable Parquet file ({e})") from None
-    table = with_provenance(table)
+    table = with_candidates(with_provenance(table))
     for col in SCHEMA:
         if col.name not in table.column_names:
             raise UserError(f"{path}: missing column '{col.name}'")
@@ -285,7 +299,8 @@ def iter_episodes(table: pa.Table) -> Iterator[EpisodeRecord]:
                 current = EpisodeRecord(**{k: row[k] for k in EPISODE_COLUMNS})
             current.error = row["error"] or current.error  # writers other than `add` may set it on the last row only
             step = {k: row[k] for k in STEP_COLUMNS}
-            current.steps.append(StepRecord(**{**step, "admissible": tuple(step["admissible"] or ())}))
+            current.steps.append(StepRecord(**{**step, **{k: tuple(step[k] or ()) for k in ("admissible",
+                                                                                             *CANDIDATES)}}))
     if current is not None:
         yield _checked(current)
 
@@ -319,3 +334,12 @@ def with_provenance(table: pa.Table) -> pa.Table:
     origin, turn = zip(*(matches[i] for i in ids)) if ids else ((), ())
     return table.append_column("origin", pa.array(origin, pa.string())).append_column(
         "origin_turn", pa.array(turn, pa.int32()))
+
+
+def with_candidates(table: pa.Table) -> pa.Table:
+    """`table` with the candidate columns; a table written before they existed gets them empty."""
+    for name, kind in ((n, SCHEMA.field(n).type) for n in CANDIDATES):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.array([[]] * table.num_rows, kind))
+    return table
+

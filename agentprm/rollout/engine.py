@@ -99,9 +99,9 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
             active[s] = _Active(job, _record(job, agent.name, turn.task), AgentState.start(turn, job.task.task_id),
                                 turn, deque(job.start_actions))
 
-    def advance(s: int, reply: str, command: str, nxt: Turn) -> None:
+    def advance(s: int, reply: str, command: str, considered: tuple, nxt: Turn) -> None:
         a = active[s]
-        a.record.steps.append(StepRecord.from_turns(len(a.record.steps), a.turn, reply, nxt))
+        a.record.steps.append(StepRecord.from_turns(len(a.record.steps), a.turn, reply, nxt, considered))
         if nxt.done:
             a.record.error = nxt.info.get("error", "")
             if not replay(a.job, nxt):
@@ -115,12 +115,14 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
         resets of its free slots for pending jobs."""
         acting = [s for s in slots if s in active and not active[s].prefix]
         chosen = agent.act([active[s].state for s in acting], [active[s].turn for s in acting]) if acting else []
+        # what the agent weighed per state (Best-of-N: its samples and their scores), kept in the step's record
+        weighed = dict(zip(acting, getattr(agent, "considered", None) or [])) if acting else {}
         replies = dict(zip(acting, chosen))
         replies.update({s: active[s].prefix.popleft() for s in slots if s in active and s not in replies})
         requests, sent = {}, {}
         for s, reply in replies.items():
             command = parse_reply(reply)[1]
-            requests[s], sent[s] = ("step", command), (reply, command)
+            requests[s], sent[s] = ("step", command), (reply, command, weighed.get(s, ((), ())))
         for s in [s for s in slots if s not in active][:len(pending)]:
             job = pending.popleft()
             requests[s], sent[s] = ("reset", env_factory(job.task, job.max_steps, agent.needs_expert)), job

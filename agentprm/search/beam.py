@@ -79,13 +79,18 @@ def beam_search(task: TaskSpec, generator, prm: Critic, pool: EnvPool, *, width:
         samples = generator.sample([b.state for b in alive], [b.turn for b in alive], expand)
         pairs = [(b, r) for b, replies in zip(alive, samples) for r in dict.fromkeys(replies)]
         q = prm.score([b.state for b, _ in pairs], [r for _, r in pairs]).tolist()
+        weighed: dict[int, tuple[list, list]] = {}   # per branch: its distinct samples and their scores
+        for (b, r), score in zip(pairs, q):
+            weighed.setdefault(id(b), ([], []))
+            weighed[id(b)][0].append(r)
+            weighed[id(b)][1].append(score)
         result.policy_samples += expand * len(alive)
         result.prm_scores += len(pairs)
         # finished branches first, so a tie keeps what is already complete; sorted() is stable
         ranked = sorted([(b.score, b, None) for b in beam if b.done] + [(s, b, r) for (b, r), s in zip(pairs, q)],
                         key=lambda c: -c[0])[:width]
         beam = [b for _, b, r in ranked if r is None] + _advance(pool, factory, alive, [
-            (b, r, s) for s, b, r in ranked if r is not None], width, result)
+            (b, r, s) for s, b, r in ranked if r is not None], width, result, weighed)
     best = max(beam, key=lambda b: b.score)   # max() keeps the first of equals
     record.steps = list(best.steps)
     record.error = best.turn.info.get("error", "")
@@ -93,9 +98,10 @@ def beam_search(task: TaskSpec, generator, prm: Critic, pool: EnvPool, *, width:
 
 
 def _advance(pool: EnvPool, factory, alive: Sequence[Branch], children: Sequence[tuple[Branch, str, float]],
-             width: int, result: BeamResult) -> list[Branch]:
+             width: int, result: BeamResult, weighed: dict[int, tuple[list, list]]) -> list[Branch]:
     """Step every kept (parent, reply): the first child of a parent inherits its slot, the others take free slots
-    and replay the parent's commands first."""
+    and replay the parent's commands first. A child's step keeps what its parent weighed (`weighed[id(parent)]`:
+    the samples and their scores)."""
     inherited: set[int] = set()
     slots, replays = [], {}
     for parent, _, _ in children:
@@ -116,7 +122,7 @@ def _advance(pool: EnvPool, factory, alive: Sequence[Branch], children: Sequence
     out = []
     for slot, (parent, reply, score) in zip(slots, children):
         nxt, command = turns[slot], commands[slot]
-        step = StepRecord.from_turns(len(parent.steps), parent.turn, reply, nxt)
+        step = StepRecord.from_turns(len(parent.steps), parent.turn, reply, nxt, weighed.get(id(parent), ((), ())))
         state = parent.state if nxt.done else parent.state.advance(command, nxt)
         out.append(Branch((*parent.steps, step), (*parent.commands, command), state, nxt, score, slot))
     return out

@@ -10,7 +10,8 @@ from agentprm.envs.base import Turn
 
 class BestOfNAgent:
     """Test-time Best-of-N (AgentPRM §3.3): sample `n` replies per state from `generator`, act with the one the
-    PRM scores highest. All states' candidates are scored in one PRM call."""
+    PRM scores highest. All states' candidates are scored in one PRM call. After `act`, `considered` holds per state
+    the distinct samples and their scores, which the rollout engine keeps in the episode's steps."""
 
     needs_expert = False
 
@@ -31,11 +32,13 @@ class BestOfNAgent:
         contested = [(s, replies) for s, replies in zip(states, unique) if len(replies) > 1]
         flat = [(s, r) for s, replies in contested for r in replies]
         scores = iter(self.prm.score([s for s, _ in flat], [r for _, r in flat]).tolist() if flat else [])
-        out = []
+        out, self.considered = [], []
         for replies in unique:
             if len(replies) == 1:
                 out.append(replies[0])
+                self.considered.append((tuple(replies), ()))
                 continue
             q = [next(scores) for _ in replies]
             out.append(replies[max(range(len(replies)), key=q.__getitem__)])   # first of equals, as before
+            self.considered.append((tuple(replies), tuple(q)))
         return out
