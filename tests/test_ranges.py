@@ -53,6 +53,7 @@ COMMANDS = {   # the required arguments of each command with generated flags (no
     "train-prm": ["train-prm", "--targets", "t", "--init", "i", "--out", "o"],
     "train-policy": ["train-policy", "--policy", "p", "--prm", "q", "--rollouts", "r", "--out", "o"],
     "quickstart": ["quickstart", "--out", "o"],
+    "serve-prm": ["serve-prm", "--prm", "q"],
 }
 
 
