@@ -256,6 +256,7 @@ def report(out: Path, held: tuple) -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -272,7 +273,13 @@ def report(out: Path, held: tuple) -> None:
     ax.axhline(0.5, color="grey", lw=0.8, ls="--")
     ax.set(xscale="log", xlabel="rollouts of π0 (train data)",
            ylabel="held-out same-state pairwise accuracy", title="The critic's learning curve")
-    ax.legend()
+    ticks = sorted({s["rollouts"] for s in summary})
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])      # the measured budgets, not log-scale minor labels
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)
+    low = min(min(s["ci95"][0] for s in summary), prior["ci95"][0])
+    ax.set_ylim(low - 0.07, None)                          # room below the bars for the legend
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / "curve.png", dpi=120)
 
