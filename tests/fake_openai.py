@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import torch
 
 from agentprm.agent.lm import HFBackend
+from agentprm.prm.serve import JSONHandler
 
 
 class FakeServer:
@@ -24,25 +25,15 @@ class FakeServer:
         self.lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _answer(self, code: int, body) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(JSONHandler):
 
             def do_GET(self):
                 server.requests.append(("GET", self.path, None))
                 if self.path == "/health":
-                    return self._answer(200, {})
+                    return self.reply(200, {})
                 if self.path == "/v1/models":
-                    return self._answer(200, {"object": "list", "data": [{"id": server.model_id, "root": server.model_id}]})
-                self._answer(404, {"error": "not found"})
+                    return self.reply(200, {"object": "list", "data": [{"id": server.model_id, "root": server.model_id}]})
+                self.reply(404, {"error": "not found"})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -50,16 +41,16 @@ class FakeServer:
                     server.requests.append(("POST", self.path, body))
                     if server.fail_first > 0:
                         server.fail_first -= 1
-                        return self._answer(503, {"error": "warming up"})
+                        return self.reply(503, {"error": "warming up"})
                 if body.get("model") != server.model_id:
-                    return self._answer(404, {"error": f"model {body.get('model')} does not exist"})
+                    return self.reply(404, {"error": f"model {body.get('model')} does not exist"})
                 if self.path == "/tokenize":
                     ids = server.tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))
-                    return self._answer(200, {"tokens": ids["input_ids"], "count": len(ids["input_ids"])})
+                    return self.reply(200, {"tokens": ids["input_ids"], "count": len(ids["input_ids"])})
                 if self.path == "/v1/completions":
                     with server.lock:   # one model call at a time, as the engine's scheduler would serialise them
-                        return self._answer(200, server.complete(body))
-                self._answer(404, {"error": "not found"})
+                        return self.reply(200, server.complete(body))
+                self.reply(404, {"error": "not found"})
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

@@ -91,14 +91,10 @@ class PRMServer(ThreadingHTTPServer):
         return f"http://{host}:{port}"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: PRMServer
+class JSONHandler(BaseHTTPRequestHandler):
+    """Answers in JSON, and quietly: http.server's line per request on stderr is noise in a trainer's log."""
 
-    def setup(self) -> None:
-        self.timeout = self.server.timeout_s   # a client that stops sending mid-request does not hold a thread
-        super().setup()
-
-    def _reply(self, code: int, body: dict) -> None:
+    def reply(self, code: int, body: dict) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -106,17 +102,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+class _Handler(JSONHandler):
+    server: PRMServer
+
+    def setup(self) -> None:
+        self.timeout = self.server.timeout_s   # a client that stops sending mid-request does not hold a thread
+        super().setup()
+
     def do_GET(self) -> None:   # noqa: N802 (http.server's name)
         if self.path != "/health":
-            return self._reply(404, {"error": f"no such endpoint {self.path}; GET /health, POST /score"})
-        self._reply(200, {"status": "ok", "prm": self.server.name})
+            return self.reply(404, {"error": f"no such endpoint {self.path}; GET /health, POST /score"})
+        self.reply(200, {"status": "ok", "prm": self.server.name})
 
     def do_POST(self) -> None:   # noqa: N802
         if self.path != "/score":
-            return self._reply(404, {"error": f"no such endpoint {self.path}; GET /health, POST /score"})
+            return self.reply(404, {"error": f"no such endpoint {self.path}; GET /health, POST /score"})
         size = int(self.headers.get("Content-Length") or 0)
         if size > MAX_BODY:
-            return self._reply(413, {"error": f"request of {size} bytes; at most {MAX_BODY}: send fewer episodes"})
+            return self.reply(413, {"error": f"request of {size} bytes; at most {MAX_BODY}: send fewer episodes"})
         try:
             body = json.loads(self.rfile.read(size) or b"null")
             if not isinstance(body, dict):
@@ -124,10 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.lock:
                 scores = episode_scores(self.server.critic, body.get("episodes"))
         except json.JSONDecodeError as e:
-            return self._reply(400, {"error": f"not valid JSON ({e.msg})"})
+            return self.reply(400, {"error": f"not valid JSON ({e.msg})"})
         except UserError as e:
-            return self._reply(400, {"error": " ".join(str(e).splitlines())})
-        self._reply(200, {"scores": scores})
-
-    def log_message(self, format: str, *args) -> None:   # one line per request on stderr, as http.server does,
-        pass                                               # is noise in a trainer's log: quiet
+            return self.reply(400, {"error": " ".join(str(e).splitlines())})
+        self.reply(200, {"scores": scores})
