@@ -277,8 +277,9 @@ def report(out: Path, held: tuple) -> None:
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])      # the measured budgets, not log-scale minor labels
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)
-    low = min(min(s["ci95"][0] for s in summary), prior["ci95"][0])
-    ax.set_ylim(low - 0.07, None)                          # room below the bars for the legend
+    lows = [v for v in (*(s["ci95"][0] for s in summary), prior["ci95"][0]) if np.isfinite(v)]
+    if lows:   # (a miniature run may have no ordered pair at all: no interval)
+        ax.set_ylim(min(lows) - 0.07, None)                # room below the bars for the legend
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / "curve.png", dpi=120)
