@@ -81,10 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def run_command(*argv, quiet: bool = False) -> None:
     """`agentprm <argv>` from a study script, in a child process as from a shell: one command's process-wide settings
     (device placement, env pool) and memory do not carry into the next, and several may run at once. Echoed first
@@ -93,10 +89,12 @@ def run_command(*argv, quiet: bool = False) -> None:
     args = [str(a) for a in argv]
     if not quiet:
         print("$ agentprm", " ".join(args), flush=True)
-    pipe = subprocess.PIPE if quiet else None
     result = subprocess.run([sys.executable, "-m", "agentprm", *args], stdout=subprocess.DEVNULL if quiet else None,
-                            stderr=pipe, text=True)
+                            stderr=subprocess.PIPE if quiet else None, text=True)
     if result.returncode:
         sys.exit(f"failed (exit {result.returncode}): agentprm {' '.join(args)}"
                  + (f"\n{result.stderr[-2000:]}" if quiet else ""))
 
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -234,8 +234,10 @@ def report(out: Path, held: tuple) -> None:
                      + (f"{delta[0]:+.3f} | [{delta[1]:+.3f}, {delta[2]:+.3f}] |" if delta else "— | — |"))
     # the reference a learned critic must beat: π0's own preference (the candidates are stored in π0's top-4 order)
     states, _, truth = held
-    keys, seen = [s.key() for s in states], {}
-    order = [-(seen.__setitem__(k, seen.get(k, -1) + 1) or seen[k]) for k in keys]
+    keys, rank, order = [s.key() for s in states], {}, []
+    for k in keys:   # a state's candidates come best first: score each by minus its place
+        rank[k] = rank.get(k, -1) + 1
+        order.append(-rank[k])
     prior = ranking(np.asarray(order, dtype=float), truth, keys)
     lines.append(f"| π0's own order of its top {TOP} (no PRM) | — | — | — | {prior['pairwise_accuracy']:.3f} | "
                  f"[{prior['ci95'][0]:.3f}, {prior['ci95'][1]:.3f}] | — | — |")

@@ -73,8 +73,8 @@ def one_run(run: Path, k: int) -> dict:
     def evaluate(name: str, make_agent, tasks, critic_name: str | None = None) -> dict:
         """`make_agent()` played on `tasks` (the loop's eval settings), as Best-of-N with the named critic if any."""
         def build(out: Path) -> None:
-            critic = None if critic_name is None else oracle(tasks, e.max_steps) if critic_name == "oracle" \
-                else load_prm(prm1)
+            critics = {"oracle": lambda: oracle(tasks, e.max_steps), "q1": lambda: load_prm(prm1)}
+            critic = critics[critic_name]() if critic_name else None
             _, summary = play_eval(make_agent(), tasks, how, critic=critic, best_of=n if critic else 1,
                                    tag=f"eval-{name}")
             if isinstance(critic, OracleCritic):

@@ -191,6 +191,7 @@ class LMAgent:
         seed = self._rng.getrandbits(63)
         if self.mode == "generate":
             d = self.decoding
+            # passed only when set: a backend written before the protocol had them keeps working at the defaults
             extra = {"top_k": d.top_k, "top_p": d.top_p} if (d.top_k, d.top_p) != (0, 1.0) else {}
             out = self.backend.generate(prompts, n, self.temperature, d.max_new_tokens, seed, **extra)
             return [[self._cut(self.tokenizer.decode(ids, skip_special_tokens=True)) for ids in row] for row in out]

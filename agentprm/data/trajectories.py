@@ -342,4 +342,3 @@ def with_candidates(table: pa.Table) -> pa.Table:
         if name not in table.column_names:
             table = table.append_column(name, pa.array([[]] * table.num_rows, kind))
     return table
-

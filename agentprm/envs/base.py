@@ -62,4 +62,3 @@ class TaskSpec:
         if row["env"] == "alfworld":   # the default: ALFWorld's tasks.jsonl rows stay as they were
             del row["env"]
         return row
-

@@ -150,10 +150,9 @@ class Loop:
 
     def load_agent(self, policy_dir: Path, **kwargs):
         """π from `policy_dir` as the loop's rollouts and evals play it (with the `decoding` section): in-process, or
-        served — through a vLLM
-        server (`backend: openai`; log in serve.log) or by `backend.replicas` Ray actors (agent/replicas.py) — by
-        servers this loop starts for the policy and replaces whenever the policy changes, so the policy that plays
-        is always the one just trained."""
+        served — through a vLLM server (`backend: openai`; log in serve.log) or by `backend.replicas` Ray actors
+        (agent/replicas.py) — by servers this loop starts for the policy and replaces whenever the policy changes, so
+        the policy that plays is always the one just trained."""
         from agentprm.agent.lm import LMAgent
 
         b, kwargs = self.cfg.backend, {"decoding": self.cfg.decoding, **kwargs}

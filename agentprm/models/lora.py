@@ -75,14 +75,10 @@ def save_trained(model, folder: str | Path, merge: bool = False, what: str = "mo
     """Write a trained model's weights into `folder`: a peft model's adapter (peft's layout), or with `merge` its
     merged full weights (the adapters are folded into the model, which stays usable); any other model in full. Then
     its model card (`what` it is: "policy", "PRM")."""
-    adapter = isinstance(model, PeftModel) and not merge
-    base = (model.peft_config["default"].base_model_name_or_path if isinstance(model, PeftModel)
-            else getattr(model, "name_or_path", "")) or ""
-    if isinstance(model, PeftModel) and merge:
-        model.merge_and_unload().save_pretrained(folder)
-    else:
-        model.save_pretrained(folder)
-    write_card(Path(folder), what, base, adapter)
+    peft = isinstance(model, PeftModel)
+    base = (model.peft_config["default"].base_model_name_or_path if peft else getattr(model, "name_or_path", "")) or ""
+    (model.merge_and_unload() if peft and merge else model).save_pretrained(folder)
+    write_card(Path(folder), what, base, adapter=peft and not merge)
 
 
 def portable_name(base: str, folder: Path) -> tuple[str, bool]:

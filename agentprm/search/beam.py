@@ -81,9 +81,9 @@ def beam_search(task: TaskSpec, generator, prm: Critic, pool: EnvPool, *, width:
         q = prm.score([b.state for b, _ in pairs], [r for _, r in pairs]).tolist()
         weighed: dict[int, tuple[list, list]] = {}   # per branch: its distinct samples and their scores
         for (b, r), score in zip(pairs, q):
-            weighed.setdefault(id(b), ([], []))
-            weighed[id(b)][0].append(r)
-            weighed[id(b)][1].append(score)
+            replies, scores = weighed.setdefault(id(b), ([], []))
+            replies.append(r)
+            scores.append(score)
         result.policy_samples += expand * len(alive)
         result.prm_scores += len(pairs)
         # finished branches first, so a tie keeps what is already complete; sorted() is stable
