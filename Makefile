@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: install quickstart test test-all test-vllm vllm-venv bench
+.PHONY: install quickstart test test-all test-vllm vllm-venv bench browser
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -41,3 +41,8 @@ test-vllm: install vllm-venv
 
 bench: install
 	$(PY) bench/env_steps.py
+
+# the viewer's browser test (tests/test_view.py) drives Debian's headless Chromium through its chromedriver
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)

@@ -11,6 +11,8 @@ so `import agentprm` stays light:
     test time BestOfNAgent, play_beam, UniformCritic
     eval      play_eval, EvalPlay, paired_difference
     the loop  LoopConfig, load_config, Loop
+    view      view_run (a run folder as one HTML page)
+    serving   PRMReward (the PRM as a TRL reward function)
 """
 from agentprm.lazy import lazy_exports
 
@@ -31,5 +33,6 @@ __getattr__, __all__ = lazy_exports(__name__, {
     "BestOfNAgent": "agentprm.search", "play_beam": "agentprm.search", "UniformCritic": "agentprm.search",
     "play_eval": "agentprm.eval.play", "EvalPlay": "agentprm.eval.play", "paired_difference": "agentprm.eval.paired",
     "LoopConfig": "agentprm.loop.config", "load_config": "agentprm.loop.config", "Loop": "agentprm.loop.run",
+    "view_run": "agentprm.view.page", "PRMReward": "agentprm.prm.serve",
 })
 __all__ = ["__version__", *__all__]

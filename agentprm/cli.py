@@ -17,7 +17,7 @@ from agentprm.errors import UserError
 # read-only file system. Atomic writes (io.atomic_path) leave nothing half-written when they strike.
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
 COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve",
-            "serve_prm"]
+            "serve_prm", "view"]
 
 
 class OneLineErrors(argparse.ArgumentParser):
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
     try:
-        from agentprm.commands.common import check_flags
+        from agentprm.commands.common import check_flags, checkpointed, tracked
         from agentprm.outputs import prepared
 
         check_flags(args)
@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             from agentprm.models.device import DeviceConfig, use_device
 
             use_device(config_from_args(DeviceConfig, args))
-        with prepared(args):   # every output checked (agentprm/outputs.py) and locked before any work
+        # every output checked (agentprm/outputs.py) and locked before any work; then the trackers and the
+        # trainings' checkpoints, when the command has them
+        with prepared(args), tracked(args), checkpointed(args):
             return int(args.func(args) or 0)
     except UserError as e:   # one line, whatever the message quotes from the input
         print(f"agentprm {args.command}: error: " + " ".join(str(e).splitlines()), file=sys.stderr)

@@ -171,12 +171,16 @@ def atomic_dir(path: str | Path, kind: str = "model") -> Iterator[Path]:
 
 # ------------------------------------------------------------------------------------------------ output files
 def written_by_agentprm(path: Path) -> bool:
-    """A Parquet file with agentprm's schema metadata, or a JSON object with agentprm's provenance."""
+    """A Parquet file with agentprm's schema metadata, an HTML page agentprm generated (view/page.py), or a JSON
+    object with agentprm's provenance."""
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
             return b"agentprm" in (pq.read_schema(path).metadata or {})
+        if path.suffix == ".html":
+            with path.open("rb") as f:
+                return b'<meta name="generator" content="agentprm ' in f.read(4096)
         if path.stat().st_size > 64 << 20:
             return False
         data = json.loads(path.read_text())

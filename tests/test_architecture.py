@@ -6,7 +6,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "agentprm"
 # earliest first; a package (or top-level module) of agentprm may import only from its own layer and earlier ones
 LAYERS = [
-    ("__init__", "errors", "io", "outputs", "lazy", "progress", "ranges", "registry"),   # the package's version; shared utilities
+    ("__init__", "errors", "io", "outputs", "lazy", "progress", "ranges", "registry",
+     "tracking"),                   # the package's version; shared utilities
     ("envs",),                      # text environments (ALFWorld), the env pool
     ("data",),                      # the records stages pass on: trajectories, tables, summaries
     ("models", "train"),            # model presets/loaders, the one training core
@@ -18,6 +19,7 @@ LAYERS = [
     ("policy",),                    # stage 3: policy updates
     ("eval",),                      # paired statistics
     ("loop",),                      # the iteration, algorithms, sweeps
+    ("view",),                      # the run viewer: a run folder as one HTML page
     ("commands", "cli", "__main__"),
 ]
 LAYER = {name: k for k, names in enumerate(LAYERS) for name in names}
@@ -144,11 +146,12 @@ def test_the_cycle_check_sees_a_cycle(tmp_path):
 
 
 # Imports inside functions are for what is slow to import and not needed by every caller: torch and what loads it,
-# Ray, vLLM's client, the ALFWorld engine, matplotlib, scipy, pyarrow (for `--help`, configs and the model-free
-# commands). A command module (and cli.py) imports its implementation when it runs: that is what keeps `agentprm
+# Ray, vLLM's client, the ALFWorld engine, matplotlib, scipy, pyarrow, the optional trackers (for `--help`, configs and
+# the model-free commands). A command module (and cli.py) imports its implementation when it runs: that is what keeps `agentprm
 # --help` to the parser (tests/test_cli_help.py). Anything else belongs at the top of the module.
 LAZY_DEPENDENCIES = {"torch", "transformers", "peft", "accelerate", "ray", "vllm", "httpx", "alfworld", "textworld",
-                     "fast_downward", "matplotlib", "scipy", "pyarrow"}
+                     "fast_downward", "matplotlib", "scipy", "pyarrow", "mlflow", "wandb", "tensorboard", "selenium",
+                     "safetensors"}
 LAZY_MODULES = ("agentprm.commands", "agentprm.cli")
 
 

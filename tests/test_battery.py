@@ -48,6 +48,7 @@ BASE = {
     "quickstart": ["quickstart", "--out", "o"],
     "serve": ["serve", "--policy", "p"],
     "serve-prm": ["serve-prm", "--prm", "q"],
+    "view": ["view", "r"],
 }
 
 

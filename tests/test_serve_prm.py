@@ -75,11 +75,23 @@ def test_a_plain_http_client_gets_the_prms_per_turn_scores(prm_dir, tmp_path):
         from pathlib import Path
 
         doc = (Path(__file__).resolve().parents[1] / "docs" / "prm-as-reward.md").read_text()
+        verl, openrlhf = re.findall(r"```python\n(.*?)```", doc, re.S)[:2]
         client: dict = {}
-        exec(re.search(r"```python\n(.*?)```", doc, re.S).group(1), client)
+        exec(verl, client)
         client["PRM_URL"] = url
         reward = client["compute_score"]("alfworld", EPISODE["steps"][-1]["action"], None, {"episode": EPISODE})
         assert reward == pytest.approx(expected[-1], abs=1e-6)
+        (tmp_path / "prm_client.py").write_text(verl.replace('"http://127.0.0.1:8100"', repr(url)))
+        sys.path.insert(0, str(tmp_path))
+        try:
+            rm: dict = {}
+            exec(openrlhf, rm)
+            labels = [json.dumps(EPISODE), json.dumps(second)]
+            rewards = rm["reward_func"](["q1", "q2"], ["p1", "p2"], labels)
+            assert rewards.tolist() == pytest.approx([expected[-1], expected[0]], abs=1e-6)
+        finally:
+            sys.path.remove(str(tmp_path))
+            sys.modules.pop("prm_client", None)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -91,3 +103,51 @@ def test_serve_prm_refuses_a_policy_folder_before_listening(tiny_policy, capsys)
     start = time.monotonic()
     assert main(["serve-prm", "--prm", str(tiny_policy), "--port", "0"]) == 2
     assert "not a PRM folder" in capsys.readouterr().err and time.monotonic() - start < 60
+
+
+def test_a_trl_grpo_trainer_gets_the_prms_scores_as_its_reward(prm_dir, tmp_path):
+    """TRL's GRPOTrainer (reward_funcs=[PRMReward(...)]) on the bundled π0, one step on the CPU: the rewards it logs
+    are the PRM's Q at the states the dataset rows describe, scored independently here."""
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agentprm.agent.replay import episode_states
+    from agentprm.data.trajectories import EpisodeRecord, StepRecord
+    from agentprm.errors import UserError
+    from agentprm.loop.run import DEFAULT_POLICY
+    from agentprm.prm.loading import load_prm
+    from agentprm.prm.serve import PRMReward
+
+    prm, seen = load_prm(prm_dir), []
+
+    class Recorded(PRMReward):
+        def __call__(self, prompts, completions, **columns):
+            scores = super().__call__(prompts, completions, **columns)
+            seen.append((completions, columns, scores))
+            return scores
+
+    first, second = EPISODE["steps"][:2]
+    rows = [{"prompt": f"{EPISODE['task']}\n{s['observation']}\n>", "task": EPISODE["task"], "steps": before,
+             "observation": s["observation"], "admissible": s["admissible"]}
+            for s, before in ((first, []), (second, [first]))]
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=6, report_to="none", use_cpu=True, logging_steps=1, save_strategy="no",
+                      bf16=False, seed=0)
+    trainer = GRPOTrainer(model=str(DEFAULT_POLICY), reward_funcs=[Recorded(prm)], args=args,
+                          train_dataset=Dataset.from_list(rows))
+    trainer.train()
+
+    (completions, columns, scores), = seen
+    expected = []
+    for k, action in enumerate(completions):
+        steps = [StepRecord(t, s["observation"], tuple(s["admissible"]), s["action"])
+                 for t, s in enumerate(columns["steps"][k])]
+        steps.append(StepRecord(len(steps), columns["observation"][k], tuple(columns["admissible"][k]), action))
+        state, reply = list(episode_states(EpisodeRecord("e", "e", "", columns["task"][k], "c", 0, steps)))[-1]
+        expected += prm.score([state], [reply]).tolist()
+    assert scores == pytest.approx(expected, abs=1e-6)
+    logged = trainer.state.log_history[0]
+    assert logged["rewards/prm_reward/mean"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
+    with pytest.raises(UserError, match="no 'steps', 'observation' column"):
+        PRMReward(prm)(["p"], ["look"], task=["t"])

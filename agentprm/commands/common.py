@@ -8,11 +8,15 @@ import inspect
 import re
 import sys
 import typing
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from agentprm.io import provenance, write_json
 from agentprm.outputs import declare
+from agentprm.tracking import TrackingConfig, tracking
+from agentprm.train.checkpoint import discard, resumable
 
 
 def add_common(p: argparse.ArgumentParser, seed: int = 0) -> None:
@@ -136,3 +140,44 @@ def check_flags(args: argparse.Namespace) -> None:
     for dest, value in vars(args).items():   # a command's own flags (--seed, --best-of, ...): the same table by name
         if dest not in checked and dest in RULES:
             check_value(Range, dest, value, lambda d=dest: labels.get(d, f"--{d.replace('_', '-')}"))
+
+
+def add_tracking_flags(p: argparse.ArgumentParser, by_cli: bool = True) -> None:
+    """--report-to, --report-every, --project, --logging-dir (agentprm/tracking.py TrackingConfig). With `by_cli`,
+    `cli.main` opens the trackers around the command (`tracked`), logging under ./tracking unless --logging-dir;
+    the quickstart instead hands them to its loop, which logs under its run folder."""
+    add_config_flags(p, TrackingConfig)
+    p.set_defaults(_tracked=by_cli)
+
+
+def tracked(args: argparse.Namespace):
+    """The command's trackers while it runs (nothing to open without --report-to)."""
+    if not getattr(args, "_tracked", False):
+        return nullcontext()
+    config = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in vars(args).items()
+              if not k.startswith("_") and k != "func"}
+    return tracking(config_from_args(TrackingConfig, args), Path("tracking"), args.command,
+                    {**config, "provenance": provenance(config, getattr(args, "seed", None))})
+
+
+def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    """--checkpoint-every-s: a training command killed mid-way resumes where it was when run again (cli.main opens
+    the checkpoints beside --out: `checkpointed`)."""
+    p.add_argument("--checkpoint-every-s", type=float, default=600.0, metavar="S",
+                   help="save the training's state (weights, optimizer, scheduler, RNG) every S seconds beside --out, "
+                        "so the same command run again after a kill resumes there; 0 = off (default 600)")
+    p.set_defaults(_checkpointed=True)
+
+
+@contextmanager
+def checkpointed(args: argparse.Namespace):
+    """The command's trainings keep their checkpoints in `.<out>.agentprm-training/` beside --out, deleted once the
+    command has succeeded (its output is in place)."""
+    if not getattr(args, "_checkpointed", False):
+        yield
+        return
+    out = Path(args.out)
+    root = out.absolute().parent / f".{out.name}.agentprm-training"
+    with resumable(root, args.checkpoint_every_s):
+        yield
+    discard(root)

@@ -5,8 +5,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentprm.commands.common import add_device_flags, add_json_flags, config_from_args, write_summary
+from agentprm.commands.common import (add_device_flags, add_json_flags, add_tracking_flags, config_from_args,
+                                     write_summary)
 from agentprm.outputs import declare
+from agentprm.tracking import TrackingConfig
 
 QUICKSTART_OUT = "runs/quickstart"
 
@@ -16,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, help="YAML config (see configs/ and agentprm/loop/config.py)")
     p.add_argument("--run-dir", required=True, help="run folder (outputs, markers, results.json, report.md)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --run-dir")
+    p.add_argument("--report-to", metavar="NAMES", help="tensorboard, wandb, mlflow (comma-separated) or none: "
+                                                        "overrides the config's tracking.report_to")
     add_json_flags(p)
     declare(p, {"run_dir": "run"})
     p.set_defaults(func=run_loop)
@@ -28,6 +32,7 @@ def register(sub) -> None:
     q.add_argument("--resume", action="store_true", help="continue an interrupted quickstart in --out")
     q.add_argument("--algo", default="agentprm", help="algorithm (default agentprm)")
     q.add_argument("--retrain", action="store_true", help="train π0 from expert demos instead of the bundled one")
+    add_tracking_flags(q, by_cli=False)
     add_json_flags(q)
     declare(q, {"out": "run"})
     add_device_flags(q)
@@ -36,10 +41,13 @@ def register(sub) -> None:
 
 def _run(cfg, run_dir, args) -> int:
     from agentprm.loop.run import Loop
+    from agentprm.view.page import view_run
 
     results = Loop(cfg, run_dir, resume=args.resume).run()
+    page = view_run(run_dir)   # RUN_DIR/view.html, the run's own file: rewritten each time
     print_results(results["rows"], title=f"{cfg.algo} — {run_dir}", comparisons=results.get("comparisons", []))
-    print(f"report: {run_dir}/report.md   plots: {run_dir}/plots/   ({results['wall_seconds']:.0f} s)")
+    print(f"report: {run_dir}/report.md   plots: {run_dir}/plots/   viewer: {page}   "
+          f"({results['wall_seconds']:.0f} s)")
     write_summary(args, results)
     return 0
 
@@ -47,7 +55,10 @@ def _run(cfg, run_dir, args) -> int:
 def run_loop(args) -> int:
     from agentprm.loop.config import load_config
 
-    return _run(load_config(args.config), args.run_dir, args)
+    cfg = load_config(args.config)
+    if args.report_to is not None:
+        cfg.tracking.report_to = args.report_to
+    return _run(cfg, args.run_dir, args)
 
 
 def run_quickstart(args) -> int:
@@ -56,6 +67,7 @@ def run_quickstart(args) -> int:
 
     cfg = quickstart_config(algo=args.algo, seed=args.seed, device=config_from_args(DeviceConfig, args))
     cfg.policy0.retrain = args.retrain
+    cfg.tracking = config_from_args(TrackingConfig, args)
     return _run(cfg, args.out, args)
 
 

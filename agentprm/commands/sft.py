@@ -3,7 +3,8 @@ The training flags are the loop's `policy0.sft` section (policy/sft.py `SFTConfi
 from __future__ import annotations
 
 from agentprm.agent.encoding import PromptConfig
-from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
+from agentprm.commands.common import (add_checkpoint_flags, add_common, add_config_flags, add_device_flags,
+                                      add_tracking_flags, config_from_args, write_summary)
 from agentprm.errors import require
 from agentprm.outputs import declare
 from agentprm.policy.config import SFTConfig
@@ -20,6 +21,8 @@ def register(sub) -> None:
                    help=f"earlier turns shown in the prompt (default {PromptConfig.history_turns})")
     p.add_argument("--show-admissible", action="store_true", help="list the admissible commands in the prompt")
     add_device_flags(p)
+    add_tracking_flags(p)
+    add_checkpoint_flags(p)
     add_common(p)
     declare(p, {"out": "model"}, inputs=("demos", "model"))
     p.set_defaults(_labels={"time_budget_s": "--time-budget"})   # range errors name the flag as it is spelled

@@ -5,7 +5,8 @@ trains is the one this command trains from the same inputs and seed.
 GRPO and SPRO need groups of fresh episodes and run inside `agentprm loop` (`algo: grpo|spro`)."""
 from __future__ import annotations
 
-from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
+from agentprm.commands.common import (add_checkpoint_flags, add_common, add_config_flags, add_device_flags,
+                                      add_tracking_flags, config_from_args, write_summary)
 from agentprm.outputs import declare
 from agentprm.loop.config import RolloutConfig
 from agentprm.policy.config import PolicyUpdateConfig
@@ -26,6 +27,8 @@ def register(sub) -> None:
     add_config_flags(p, RolloutConfig, only=("max_steps",))
     p.add_argument("--steer-frac", type=float, default=0.0, help="share of generations with the steered prompt")
     add_device_flags(p)
+    add_tracking_flags(p)
+    add_checkpoint_flags(p)
     add_common(p)
     declare(p, {"out": "model"}, inputs=("policy", "prm", "rollouts", "tasks"))
     p.set_defaults(func=run)

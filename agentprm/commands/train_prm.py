@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from agentprm.commands.common import add_common, add_device_flags, add_config_flags, config_from_args, write_summary
+from agentprm.commands.common import (add_checkpoint_flags, add_common, add_config_flags, add_device_flags,
+                                      add_tracking_flags, config_from_args, write_summary)
 from agentprm.outputs import declare
 from agentprm.prm.config import PrmConfig, PrmDataConfig
 
@@ -20,6 +21,8 @@ def register(sub) -> None:
     add_config_flags(p, PrmDataConfig)
     p.add_argument("--time-budget", type=float, default=0.0, metavar="S", help="stop training after S seconds")
     add_device_flags(p)
+    add_tracking_flags(p)
+    add_checkpoint_flags(p)
     add_common(p)
     declare(p, {"out": "model"}, inputs=("targets", "init"))
     p.set_defaults(func=run)

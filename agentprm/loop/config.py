@@ -27,6 +27,7 @@ from agentprm.policy.config import (CRITICS, HackingConfig, PolicyGradientConfig
                                     PolicyUpdateConfig, SFTConfig)
 from agentprm.prm.config import InversePrmConfig, PrimeConfig, PrmConfig
 from agentprm.targets.mc import TargetsConfig
+from agentprm.tracking import TrackingConfig
 from agentprm.train.config import check_lora
 
 
@@ -88,6 +89,8 @@ class LoopConfig:
     algo: str = "agentprm"
     seed: int = 0
     iterations: int = 1
+    checkpoint_every_s: float = 600.0   # seconds between checkpoints of a training inside a stage (weights, optimizer,
+                                        # scheduler, RNG: a killed run resumes mid-training; train/checkpoint.py); 0 = off
     tasks: TasksConfig = field(default_factory=TasksConfig)
     policy0: Policy0Config = field(default_factory=Policy0Config)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -105,6 +108,7 @@ class LoopConfig:
                                     # (backend: openai) through a vLLM server the loop starts for each policy
     decoding: Decoding = field(default_factory=Decoding)   # how π samples in rollouts and evals besides the
                                     # temperature: top-k, top-p, and in generate mode the token budget and stop strings
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)   # --report-to: TensorBoard, W&B, MLflow
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

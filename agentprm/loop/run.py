@@ -40,6 +40,7 @@ from agentprm.rollout.branch import branch_jobs
 from agentprm.rollout.engine import episode_jobs, run_episodes
 from agentprm.rollout.play import play_tasks
 from agentprm.rollout.reset import expert_actions, reset_jobs
+from agentprm.tracking import active, tracking
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 
@@ -67,17 +68,20 @@ class Loop:
             if now["iterations"] >= before["iterations"]:
                 before["iterations"] = now["iterations"]
             before["rollout"]["max_errors"] = now["rollout"]["max_errors"]
+            for key in ("tracking", "checkpoint_every_s"):   # where the run is reported and how often it saves
+                before[key] = now[key]                         # its trainings: not what it computes
             if not (cfg.policy0.retrain or cfg.algo == "sft"):   # π0 is loaded, not trained: its SFT settings (whose
                 before["policy0"]["sft"] = now["policy0"]["sft"]  # defaults may change between versions) are unused
             for key in SEARCH_ROWS:   # which test-time search rows to add: each is its own eval stage, named by its
                 before["eval"][key] = now["eval"][key]   # N or width x expand, so rows are added or left out, never stale
             if before != now:
                 raise UserError(f"{saved}: differs from this run's config; resume with the same config "
-                                "(only 'iterations' may grow, to extend the run; 'rollout.max_errors', "
+                                "(only 'iterations' may grow, to extend the run; 'rollout.max_errors', 'tracking', "
+                                "'checkpoint_every_s', "
                                 f"{', '.join(f'eval.{k}' for k in SEARCH_ROWS)} may change, and 'policy0.sft' where "
                                 "π0 is not trained)")
         claim_folder(self.run_dir, "run")
-        self.stages = StageRunner(self.run_dir, resume, reuse)
+        self.stages = StageRunner(self.run_dir, resume, reuse, cfg.checkpoint_every_s)
         self.rows: list[dict] = []
         self.update_history: dict[int, list[dict]] = {}
         self.serving = None  # (policy folder, its vLLM server or Ray replicas): load_agent
@@ -141,6 +145,10 @@ class Loop:
 
         summary = json.loads(self.stages.run(f"eval_{row.stage}", f"evals/{row.stage}.json", build).read_text())
         self.rows.append(row.record(summary))
+        if tracker := active():
+            tracker.log({"success_rate": summary["success_rate"], "ci95_low": summary["ci95"][0],
+                         "ci95_high": summary["ci95"][1], "episodes": summary["episodes"]}, row.iteration,
+                        scope=f"eval/{row.stage}")
         return summary
 
     def check_errors(self, stage: str, episodes) -> None:
@@ -244,13 +252,14 @@ class Loop:
         with run_lock(self.run_dir):   # config.yaml is written only by the process that holds the lock
             write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
             try:
-                return self._run()
+                with tracking(self.cfg.tracking, self.run_dir / "tracking", self.run_dir.resolve().name,
+                              {**self.cfg.to_dict(), "provenance": provenance(self.cfg.to_dict(), self.cfg.seed)}):
+                    return self._run()
             finally:
                 self.stop_serving()
 
     def _run(self) -> dict:
         from agentprm.agent.lm import LMAgent
-        from agentprm.policy.hacking import logged
 
         self.placement = use_device(self.cfg.device)   # before any model is built: π0, Q_i, the references live there
         configure_pool(self.cfg.rollout.pool, self.cfg.rollout.ray_address)   # where every env worker runs
@@ -264,12 +273,8 @@ class Loop:
                       eval_tasks)
         for i in range(1, self.cfg.iterations + 1):
             policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
-            meta = json.loads((policy / "agentprm.json").read_text())
-            update = UpdateResult.read(meta) or UpdateResult("", [])   # π_i made by SFT records no update
-            checks = (update.details.get("hacking") or {}).get("checks", [])
-            # the detector's step-0 check (π_{i-1} itself) comes before the first logged step: the plots' baseline
-            baseline = [{"step": 0, **logged(checks[0])}] if checks else []
-            self.update_history[i] = baseline + update.history
+            update = UpdateResult.read(json.loads((policy / "agentprm.json").read_text()))
+            self.update_history[i] = update.logged_history() if update else []   # SFT's π_i records no update
         results = {"rows": self.rows, "comparisons": comparisons({self.cfg.seed: self.rows}),
                    "wall_seconds": round(time.monotonic() - start, 1),
                    "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),

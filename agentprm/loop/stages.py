@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
 from agentprm.errors import UserError
 from agentprm.io import atomic_leftovers, write_json
 from agentprm.outputs import hold_lock
+from agentprm.tracking import active
+from agentprm.train.checkpoint import discard, resumable
 
 MARKERS = ".stages"
 LOCK = "lock.json"   # under MARKERS: the one process working on the run folder
@@ -25,10 +28,14 @@ def run_lock(run_dir: Path):
 
 
 class StageRunner:
-    def __init__(self, run_dir: Path, resume: bool, reuse: tuple[Path, set[str]] | None = None):
+    def __init__(self, run_dir: Path, resume: bool, reuse: tuple[Path, set[str]] | None = None,
+                 checkpoint_every_s: float = 0.0):
         """`reuse = (other_run, names)`: a stage in `names` that `other_run` completed is copied from there instead
-        of built (its recorded seconds kept), for runs that share it exactly (same seed and stage config)."""
+        of built (its recorded seconds kept), for runs that share it exactly (same seed and stage config).
+        `checkpoint_every_s`: the trainings inside a stage keep a checkpoint under `.stages/<stage>.training/`
+        that often (train/checkpoint.py), so a stage killed mid-training resumes there; 0 = off."""
         self.run_dir, self.resume, self.reuse = run_dir, resume, reuse
+        self.checkpoint_every_s = checkpoint_every_s
         (run_dir / MARKERS).mkdir(parents=True, exist_ok=True)
         self.timings: dict[str, float] = {}
 
@@ -65,8 +72,10 @@ class StageRunner:
         partial.parent.mkdir(parents=True, exist_ok=True)
         source = self._reusable(name)
         start, extra = time.monotonic(), {}
+        tracker, training = active(), self.marker(name).with_suffix(".training")
         if source is None:
-            build(partial)
+            with tracker.scoped(name) if tracker else nullcontext(), resumable(training, self.checkpoint_every_s):
+                build(partial)   # a training inside logs under the stage, and keeps its checkpoints in `training`
         else:
             other = source.parent.parent
             copy = shutil.copytree if (other / output).is_dir() else shutil.copy2
@@ -77,7 +86,10 @@ class StageRunner:
         if source is not None:   # charge the stage's own cost: equal budgets stay comparable
             self.timings[name] = json.loads(source.read_text())["seconds"]
         write_json(self.marker(name), {"stage": name, "output": output, "seconds": self.timings[name], **extra})
+        if tracker:
+            tracker.log({"seconds": self.timings[name]}, 0, scope=f"stages/{name}")
         self.started(name).unlink()
+        discard(training)
         return final
 
     def _reusable(self, name: str) -> Path | None:

@@ -34,6 +34,7 @@ from agentprm.agent.scoring import reply_logprobs
 from agentprm.agent.state import AgentState
 from agentprm.targets.mc import returns_to_go
 from agentprm.policy.config import HackingConfig
+from agentprm.policy.update import logged
 from agentprm.prm.metrics import spearman
 from agentprm.rollout.play import play_tasks
 
@@ -77,11 +78,6 @@ def episode_probe(tasks: Sequence, per_task: int, seed: int, max_steps: int, gam
                 replies.append(reply)
         return ProbeResult(states, replies, returns, summary["success_rate"])
     return probe
-
-
-def logged(check: dict) -> dict:
-    """A check's values as the `hack_*` keys of the training core's logged row (what the report plots)."""
-    return {f"hack_{k}": v for k, v in check.items() if k != "step"}
 
 
 class HackingDetector:

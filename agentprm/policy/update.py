@@ -37,6 +37,12 @@ class UpdateContext:
     workers: int = 2
 
 
+def logged(check: dict) -> dict:
+    """A reward-hacking check's values (policy/hacking.py) as the `hack_*` keys of the training core's logged row
+    (what the report plots)."""
+    return {f"hack_{k}": v for k, v in check.items() if k != "step"}
+
+
 @dataclass
 class UpdateResult:
     """A stage-3 update's record: which update, its config, seed and reference, the logged history and its own
@@ -61,6 +67,12 @@ class UpdateResult:
     def meta(self) -> dict[str, dict]:
         """The record as `save_policy(..., **result.meta())` stores it, under its method's key."""
         return {self.key(self.method): self.record()}
+
+    def logged_history(self) -> list[dict]:
+        """The history the report and the viewer plot: the logged rows, after the hacking detector's step-0 check
+        (π_{i-1} itself, checked before the first step) when the update was monitored."""
+        checks = (self.details.get("hacking") or {}).get("checks", [])
+        return ([{"step": 0, **logged(checks[0])}] if checks else []) + self.history
 
     @classmethod
     def read(cls, meta: dict) -> UpdateResult | None:

@@ -58,22 +58,57 @@ def _episode(raw: Any, k: int) -> EpisodeRecord:
                          "client", 0, records)
 
 
+def batched_scores(critic: Critic, pairs: list, batch: int) -> list[float]:
+    """Q(s, a) of (state, action) pairs, `batch` per forward pass."""
+    scores: list[float] = []
+    for i in range(0, len(pairs), batch):
+        chunk = pairs[i:i + batch]
+        scores += critic.score([s for s, _ in chunk], [a for _, a in chunk]).tolist()
+    return scores
+
+
 def episode_scores(critic: Critic, episodes: Any, batch: int = BATCH) -> list[list[float]]:
     """Q(s_t, a_t) of every turn of each episode (the request format above); a UserError naming the field first."""
     if not isinstance(episodes, list):
         raise UserError("episodes: must be a list")
     records = [_episode(e, k) for k, e in enumerate(episodes)]
     pairs = [list(episode_states(r)) for r in records]
-    flat = [p for ps in pairs for p in ps]
-    scores: list[float] = []
-    for i in range(0, len(flat), batch):
-        chunk = flat[i:i + batch]
-        scores += critic.score([s for s, _ in chunk], [a for _, a in chunk]).tolist()
+    scores = batched_scores(critic, [p for ps in pairs for p in ps], batch)
     out, at = [], 0
     for ps in pairs:
         out.append(scores[at:at + len(ps)])
         at += len(ps)
     return out
+
+
+class PRMReward:
+    """The PRM as a reward function for TRL's trainers (`GRPOTrainer(reward_funcs=[PRMReward(critic)])`, any trainer
+    that calls `f(prompts, completions, **columns) -> list[float]`): each completion is the agent's action, scored
+    Q(s, completion) at the state its dataset row describes. The rows carry that state in three columns, which TRL
+    hands over as keyword lists: `task` (the goal sentence), `steps` (the turns before this one, as /score's steps:
+    observation, admissible, action) and `observation` (what the agent sees now), with `admissible` optional.
+    The prompt the policy sees is the trainer's business; the state the PRM scores is rebuilt from the columns, as
+    training rebuilt it."""
+
+    COLUMNS = ("task", "steps", "observation")
+
+    def __init__(self, critic: Critic, name: str = "prm_reward", batch: int = BATCH):
+        self.critic, self.batch = critic, batch
+        self.__name__ = name   # what TRL logs the reward under (rewards/<name>/mean)
+
+    def __call__(self, prompts: list, completions: list, **columns: Any) -> list[float]:
+        missing = [c for c in self.COLUMNS if c not in columns]
+        if missing:
+            raise UserError(f"PRMReward: the dataset has no {', '.join(repr(c) for c in missing)} column(s); each row "
+                            "needs task, steps (the turns so far) and observation (docs/prm-as-reward.md)")
+        admissible = columns.get("admissible") or [[]] * len(completions)
+        pairs = []
+        for k, completion in enumerate(completions):
+            action = completion[-1]["content"] if isinstance(completion, list) else completion   # chat or text
+            steps = list(columns["steps"][k] or []) + [{"observation": columns["observation"][k],
+                                                        "admissible": list(admissible[k] or []), "action": action}]
+            pairs.append(list(episode_states(_episode({"task": columns["task"][k], "steps": steps}, k)))[-1])
+        return batched_scores(self.critic, pairs, self.batch)
 
 
 class PRMServer(ThreadingHTTPServer):

@@ -21,6 +21,7 @@ from agentprm.agent.encoding import prompt_ids, reply_ids
 from agentprm.data.tables import read_targets
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.errors import UserError
+from agentprm.tracking import active
 from agentprm.prm.losses import PrmLoss, get_prm_loss
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
 from agentprm.prm.model import ProcessRewardModel
@@ -138,8 +139,12 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         from agentprm.models.lora import trainable
 
         metrics["lora"] = {**lora.to_dict(), **trainable(prm)}
+    if tracker := active():
+        tracker.log({f"{half}/{k}": v for half, found in metrics["final"].items() for k, v in found.items()},
+                    history[-1]["step"] if history else 0, scope=tracker.scope or f"PRM {loss}")
     metrics["seconds"] = round(time.monotonic() - start, 2)
     prm.save(out_dir, merge=bool(lora and lora.merge), loss=loss, targets=str(Path(targets_path).resolve()),
-             gamma=targets.info.get("gamma"), metrics=metrics["final"])
+             gamma=targets.info.get("gamma"), metrics=metrics["final"],
+             history=[{"step": h["step"], "loss": h["loss"]} for h in history])
     return metrics
 

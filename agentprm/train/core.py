@@ -6,6 +6,8 @@ loss that is a mean over something other than the batch's examples (SFT: tokens)
 so that pieces of a batch add up to exactly the batch's mean."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import time
@@ -15,6 +17,8 @@ import torch
 
 from agentprm.errors import UserError
 from agentprm.progress import progress_bar
+from agentprm.tracking import active
+from agentprm.train.checkpoint import active_checkpoints
 from agentprm.train.config import TrainConfig
 from agentprm.train.distributed import is_main, rank_and_size, sum_over_processes
 
@@ -70,7 +74,8 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
     seed_everything(cfg.seed)
     rank, size = rank_and_size()
     steps = num_steps(len(examples), cfg)
-    params = [p for p in model.parameters() if p.requires_grad]
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    params = list(named.values())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(1, int(cfg.warmup_frac * steps))
     start = time.monotonic()
@@ -87,9 +92,18 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * done_frac(s))))
     model.train()
     history, window = [], []
+    tracker, checkpoints = active(), active_checkpoints()
+    slot = checkpoints.slot(fingerprint(description, len(examples), cfg, named)) if checkpoints else None
+    resumed = slot.load(named, opt, sched) if slot else None
+    done = resumed["step"] if resumed else 0
+    if resumed:
+        history, window = resumed["history"], resumed["window"]
     with progress_bar(steps, description, progress and is_main()) as bar:
         passes = steps * cfg.batch_size / max(1, len(examples))   # = cfg.epochs unless steps are given
         for step, batch in zip(range(1, steps + 1), batches(examples, cfg.batch_size, passes, cfg.seed, length)):
+            if resumed and (step <= done or resumed["finished"]):   # the same batches, already trained on
+                bar.advance()
+                continue
             opt.zero_grad(set_to_none=True)
             if size == 1 and cfg.grad_accum == 1:
                 loss, metrics = loss_fn(model, batch)
@@ -108,6 +122,9 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
             sched.step()
             window.append({"loss": loss, **metrics})
             bar.advance()
+            if tracker and step % tracker.report_every == 0 and is_main():   # live points, beside the logged history
+                tracker.log({"loss": loss, "lr": sched.get_last_lr()[0], **metrics}, step,
+                            scope=tracker.scope or description)
             out_of_time = cfg.time_budget_s and time.monotonic() - start > cfg.time_budget_s
             stop = False
             if step % cfg.log_every == 0 or step == steps or out_of_time:
@@ -120,10 +137,19 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
                 flag = torch.tensor([float(bool(out_of_time or stop))])
                 sum_over_processes(flag)
                 out_of_time = stop = bool(flag.item())
+            ending = bool(out_of_time or stop or step == steps)
+            if slot and is_main() and (ending or slot.due()):
+                slot.save(step, named, opt, sched, history, window, finished=ending)
             if out_of_time or stop:
                 break
     model.eval()
     return history
+
+
+def fingerprint(description: str, n_examples: int, cfg: TrainConfig, named: dict[str, torch.Tensor]) -> dict:
+    """What makes a checkpoint this training's (train/checkpoint.py): a slot saved by another is not resumed."""
+    shapes = hashlib.sha256(json.dumps([(n, list(p.shape)) for n, p in named.items()]).encode()).hexdigest()
+    return {"description": description, "examples": n_examples, "config": cfg.to_dict(), "parameters": shapes}
 
 
 def accumulate(model: torch.nn.Module, loss_fn: Callable, local: Sequence, micro: int,
