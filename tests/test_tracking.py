@@ -107,6 +107,7 @@ def test_nothing_is_opened_without_report_to_and_bad_names_are_one_line(tmp_path
     assert flat({"a": {"b": None, "c": [1]}, "d": True}) == {"a.b": "None", "a.c": "[1]", "d": True}
 
 
+@pytest.mark.slow   # a miniature loop: make test-all and CI
 def test_the_loop_reports_its_trainings_stages_and_eval_rows(tmp_path, generated_tasks, tiny_policy):
     from test_loop import mini_config
 

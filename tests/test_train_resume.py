@@ -96,6 +96,7 @@ def targets(tmp_path):
     return write_with_info(tmp_path / "q.parquet", t.table, t.info)
 
 
+@pytest.mark.slow   # three train-prm runs (~40 s): make test-all and CI
 def test_train_prm_killed_with_sigkill_resumes_to_the_same_weights(tmp_path, targets):
     def command(out):
         return [sys.executable, "-m", "agentprm", "train-prm", "--targets", str(targets), "--init", "tiny",

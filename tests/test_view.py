@@ -32,6 +32,7 @@ def saved_episodes(run: Path) -> dict[str, pq.ParquetFile]:
     return {p.stem: pq.read_table(p) for p in sorted((run / "evals").glob("*.parquet"))}
 
 
+@pytest.mark.slow   # a miniature loop run first (~1 min): make test-all and CI
 def test_the_page_holds_every_saved_episode_with_its_returns_and_scores(mini_run):
     data = collect_run(mini_run)
     tables = saved_episodes(mini_run)
@@ -61,6 +62,7 @@ def test_text_from_the_game_cannot_end_the_embedded_data():
     assert json.loads(embedded_json(data)) == data
 
 
+@pytest.mark.slow   # a miniature loop run first (~1 min): make test-all and CI
 def test_view_command_writes_a_page_and_replaces_only_its_own(mini_run, tmp_path, capsys):
     out = tmp_path / "page.html"
     assert main(["view", str(mini_run), "--out", str(out)]) == 0
@@ -88,6 +90,7 @@ def _browser():
     return headless_chromium()
 
 
+@pytest.mark.slow   # a miniature loop run first (~1 min): make test-all and CI
 def test_the_page_works_in_headless_chromium(mini_run, tmp_path):
     from matplotlib.image import imread
     from selenium.webdriver.common.by import By
