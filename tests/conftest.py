@@ -98,4 +98,4 @@ def _default_placement():
     yield
     from agentprm.models import device
 
-    device._placement = None
+    device._placement, device._training = None, ("no", False)

@@ -17,6 +17,7 @@ from agentprm.errors import UserError
 from agentprm.ranges import check_section
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+MIXED_PRECISION = ("no", "bf16")
 
 
 @dataclass
@@ -25,6 +26,10 @@ class DeviceConfig:
     dtype: str = "auto"             # auto (bfloat16 on a GPU that supports it, else float32) | float32 | bfloat16 |
                                     # float16: the models' parameter dtype
     threads: int = 0                # torch CPU threads (0 = torch's default)
+    mixed_precision: str = "no"     # no | bf16: trainings compute in bfloat16 under torch.autocast while the weights and
+                                    # the optimizer stay in float32 (dtype auto resolves to float32 with it)
+    gradient_checkpointing: bool = False   # trainings recompute activations in the backward pass instead of keeping
+                                    # them: less memory for about a third more compute (HF models)
 
 
 def check_device_config(cfg: DeviceConfig, where: str = "device") -> None:
@@ -33,10 +38,16 @@ def check_device_config(cfg: DeviceConfig, where: str = "device") -> None:
         raise UserError(f"{where}: field 'device' must be auto, cpu, cuda or cuda:N, got {cfg.device!r}")
     if cfg.dtype not in DTYPES:
         raise UserError(f"{where}: field 'dtype' must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if cfg.mixed_precision not in MIXED_PRECISION:
+        raise UserError(f"{where}: field 'mixed_precision' must be no or bf16, got {cfg.mixed_precision!r}")
+    if cfg.mixed_precision != "no" and cfg.dtype not in ("auto", "float32"):
+        raise UserError(f"{where}: mixed_precision {cfg.mixed_precision} keeps the weights in float32; with dtype "
+                        f"{cfg.dtype} use mixed_precision no (or dtype float32)")
     check_section(cfg, lambda path: f"{where}: field '{path}'")   # threads: agentprm/ranges.py
 
 
 _placement: tuple | None = None    # (torch.device, torch.dtype) of this process, once resolved
+_training: tuple[str, bool] = ("no", False)   # (mixed_precision, gradient_checkpointing) of this process's trainings
 
 
 def use_device(cfg: DeviceConfig) -> tuple:
@@ -53,8 +64,11 @@ def use_device(cfg: DeviceConfig) -> tuple:
             raise UserError(f"device {cfg.device}: torch sees no CUDA device (torch.cuda.is_available() is False)")
         if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
             raise UserError(f"device {cfg.device}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    if cfg.mixed_precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UserError(f"mixed_precision bf16: {torch.cuda.get_device_name(device)} does not support bfloat16")
     if cfg.dtype == "auto":
-        dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported() and cfg.mixed_precision == "no"
+        dtype = torch.bfloat16 if bf16 else torch.float32
     else:
         dtype = getattr(torch, cfg.dtype)
         if dtype is torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -64,8 +78,14 @@ def use_device(cfg: DeviceConfig) -> tuple:
                             "bfloat16 or float32")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    _placement = (device, dtype)
+    global _training
+    _placement, _training = (device, dtype), (cfg.mixed_precision, cfg.gradient_checkpointing)
     return _placement
+
+
+def training_options() -> tuple[str, bool]:
+    """(mixed_precision, gradient_checkpointing) for the training core: ("no", False) until `use_device` says."""
+    return _training
 
 
 def place(model):

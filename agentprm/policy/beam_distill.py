@@ -25,6 +25,7 @@ from agentprm.data.summary import summarize
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.errors import UserError
 from agentprm.search.beam import play_beam
+from agentprm.policy.sft import make_examples, sft_loss
 from agentprm.train.core import train
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ def train_beam_distill(policy, episodes: Sequence[EpisodeRecord], cfg: PolicyUpd
                        progress: bool = True) -> tuple[list[dict], dict]:
     """Fine-tune `policy.backend.model` (an `LMAgent`) in place on the (won) search episodes with the SFT loss;
     returns the logged metrics and what was distilled (episodes, examples, the search's own success)."""
-    from agentprm.policy.sft import make_examples, sft_loss
-
     kept = [e for e in episodes if not e.error and e.steps and (e.won or not cfg.won_only)]
     if not kept:
         raise UserError(f"beam-distill: none of the {len(episodes)} search episodes "

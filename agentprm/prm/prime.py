@@ -37,6 +37,7 @@ from agentprm.agent.scoring import reply_logprobs, score_candidates
 from agentprm.agent.state import AgentState
 from agentprm.data.trajectories import EpisodeRecord
 from agentprm.errors import UserError
+from agentprm.models import load_causal_lm, load_tokenizer
 from agentprm.train.config import TrainConfig
 from agentprm.train.core import train
 
@@ -58,16 +59,12 @@ class ImplicitPRM:
     @classmethod
     def from_policy(cls, folder: str | Path, beta: float) -> ImplicitPRM:
         """π_φ and π_ref both start as the policy in `folder`, so every reward starts at exactly 0."""
-        from agentprm.models import load_causal_lm, load_tokenizer
-
         model = load_causal_lm(folder)
         return cls(model, copy.deepcopy(model), load_tokenizer(folder), PromptConfig.load(folder), beta,
                    Path(folder).resolve())
 
     @classmethod
     def load(cls, folder: str | Path) -> ImplicitPRM:
-        from agentprm.models import load_causal_lm, load_tokenizer
-
         meta = json.loads((Path(folder) / CONFIG_FILE).read_text()).get(KEY)
         if not meta:
             raise UserError(f"{folder}: not an implicit PRM folder (no '{KEY}' in {CONFIG_FILE})")

@@ -3,7 +3,15 @@ optimisation (AdamW, linear warm-up then cosine decay, grad clipping), seeding, 
 so SFT, PRM (soft-BCE, Bradley-Terry, …) and DPO differ only in their data and their loss. It also owns gradient
 accumulation (`grad_accum` micro-batches per step) and data parallelism over processes (train/distributed.py): a
 loss that is a mean over something other than the batch's examples (SFT: tokens) says so with a "weight" metric,
-so that pieces of a batch add up to exactly the batch's mean."""
+so that pieces of a batch add up to exactly the batch's mean. Under the process's device settings (models/device.py)
+it computes the forward passes in bfloat16 (`mixed_precision: bf16`, float32 weights and optimizer) and recomputes
+activations in the backward pass (`gradient_checkpointing`); inside a `resumable` block it keeps a checkpoint that a
+killed training resumes from (train/checkpoint.py).
+
+Why not accelerate's `Accelerator` for this loop: its data parallelism wraps the model in DDP, whose gradient sync
+runs only through `model(...)`, while our losses call the model's own methods (a PRM's `logits_of`, a policy's
+scoring); and its accumulation averages micro-batches equally, where SFT's token mean needs them weighted. The
+all-reduce here is one call (train/distributed.py), tested against a single process at the same global batch."""
 from __future__ import annotations
 
 import hashlib
@@ -11,11 +19,14 @@ import json
 import math
 import random
 import time
+from contextlib import nullcontext
 from typing import Callable, Iterator, Sequence
 
 import torch
+from transformers import PreTrainedModel
 
 from agentprm.errors import UserError
+from agentprm.models.device import training_options
 from agentprm.progress import progress_bar
 from agentprm.tracking import active
 from agentprm.train.checkpoint import active_checkpoints
@@ -90,6 +101,9 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
 
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * done_frac(s))))
+    precision, checkpointing = training_options()
+    if checkpointing:
+        checkpoint_activations(model)
     model.train()
     history, window = [], []
     tracker, checkpoints = active(), active_checkpoints()
@@ -106,12 +120,13 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
                 continue
             opt.zero_grad(set_to_none=True)
             if size == 1 and cfg.grad_accum == 1:
-                loss, metrics = loss_fn(model, batch)
+                with autocast(model, precision):
+                    loss, metrics = loss_fn(model, batch)
                 loss.backward()
                 metrics.pop("weight", None)
                 loss = float(loss.detach())
             else:
-                loss, metrics = accumulate(model, loss_fn, batch[rank::size], cfg.grad_accum, params)
+                loss, metrics = accumulate(model, loss_fn, batch[rank::size], cfg.grad_accum, params, precision)
             if not math.isfinite(loss):   # the same on every process: the loss is the batch's, summed over them
                 raise UserError(f"{description}: the loss is {loss} at step {step} (learning rate {cfg.lr:g}); "
                                 "training stopped and nothing was saved — lower the learning rate, or train in "
@@ -152,8 +167,25 @@ def fingerprint(description: str, n_examples: int, cfg: TrainConfig, named: dict
     return {"description": description, "examples": n_examples, "config": cfg.to_dict(), "parameters": shapes}
 
 
+def autocast(model: torch.nn.Module, precision: str):
+    """The forward passes of a step in bfloat16 under mixed precision (weights, gradients and the optimizer stay in
+    the weights' dtype; the backward pass runs outside, as torch.autocast asks), else nothing."""
+    if precision != "bf16":
+        return nullcontext()
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
+
+
+def checkpoint_activations(model: torch.nn.Module) -> None:
+    """Gradient checkpointing on the model's Hugging Face backbone (the outermost PreTrainedModel: a policy, a PRM's
+    language model, a LoRA-wrapped one), non-reentrant so that frozen inputs (LoRA) still get gradients."""
+    backbone = next((m for m in model.modules() if isinstance(m, PreTrainedModel)), None)
+    if backbone is None:
+        raise UserError("gradient_checkpointing: the model has no Hugging Face backbone to checkpoint")
+    backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def accumulate(model: torch.nn.Module, loss_fn: Callable, local: Sequence, micro: int,
-               params: list[torch.Tensor]) -> tuple[float, dict]:
+               params: list[torch.Tensor], precision: str = "no") -> tuple[float, dict]:
     """Gradients of one step from `micro` pieces of this process's share of the batch, summed over processes:
     Σ w·∇loss / Σ w, with w each piece's weight (its examples, or the loss's "weight" metric) — the gradient of the
     whole batch's mean loss. Returns that mean loss and this process's metrics averaged over its pieces."""
@@ -161,7 +193,8 @@ def accumulate(model: torch.nn.Module, loss_fn: Callable, local: Sequence, micro
     total = torch.zeros(2)            # Σ w, Σ w·loss
     seen: list[dict] = []
     for piece in pieces:
-        loss, metrics = loss_fn(model, piece)
+        with autocast(model, precision):
+            loss, metrics = loss_fn(model, piece)
         weight = float(metrics.pop("weight", len(piece)))
         (loss * weight).backward()
         total += torch.tensor([weight, weight * float(loss.detach())])
