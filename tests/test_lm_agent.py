@@ -135,6 +135,75 @@ def test_packed_candidate_scores_equal_plain_forward_passes(model, tok, states_t
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got[::-1], flipped))
 
 
+def test_long_rows_score_on_the_shared_prompt_cache_with_the_same_scores(model, tok, states_turns, monkeypatch):
+    """Issue 29: a packed row whose attention would pass ATTENTION_BUDGET scores its candidates on the prompt's KV
+    cache, in chunks whose repeated cache fits the budget: the scores equal the packed ones (single-token candidates,
+    a mix of long and short rows, one candidate per chunk)."""
+    from agentprm.agent import scoring
+    from agentprm.agent.encoding import reply_ids
+
+    states = states_turns[0][:4]
+    prompts = [prompt_ids(tok, s, PromptConfig()) for s in states]
+    cands = [[reply_ids(tok, a) for a in s.admissible] for s in states]
+    cands[1] = [c[:1] for c in cands[1]]   # one token each: only the prompt's forward scores them
+    with torch.no_grad():
+        packed = scoring.score_candidates(model, prompts, cands, tok.pad_token_id)
+        lengths = sorted(len(p) + sum(len(c) - 1 for c in cs) for p, cs in zip(prompts, cands))
+        attention, cache = scoring._memory_per_token(model)
+        assert attention == model.config.num_attention_heads * 4 and cache > 0
+        calls = []
+        shared = scoring._score_shared
+        monkeypatch.setattr(scoring, "_score_shared", lambda m, p, c, k: calls.append(k) or shared(m, p, c, k))
+        monkeypatch.setattr(scoring, "ATTENTION_BUDGET", attention * lengths[1] ** 2)   # the two longer rows
+        mixed = scoring.score_candidates(model, prompts, cands, tok.pad_token_id)
+        chunk = max(1, int(scoring.CACHE_BUDGET // (2 * cache * min(map(len, prompts)))))
+        assert len(calls) == 2 and max(calls) <= chunk
+        monkeypatch.setattr(scoring, "ATTENTION_BUDGET", 0)   # every row through the cache, one candidate at a time
+        monkeypatch.setattr(scoring, "CACHE_BUDGET", 0)
+        calls.clear()
+        cached = scoring.score_candidates(model, prompts, cands, tok.pad_token_id)
+    assert calls == [1] * len(prompts)
+    for a, b, c in zip(packed, mixed, cached):
+        assert torch.allclose(a, b, atol=1e-4) and torch.allclose(a, c, atol=1e-4)
+
+
+def test_reply_logprobs_equal_a_plain_forward_with_gradients(model, tok, states_turns):
+    """The output head runs on reply positions only: the sums equal log-softmax over a plain forward's logits."""
+    from agentprm.agent.encoding import reply_ids
+    from agentprm.agent.scoring import reply_logprobs
+
+    states = states_turns[0][:3]
+    prompts = [prompt_ids(tok, s, PromptConfig()) for s in states]
+    replies = [reply_ids(tok, s.admissible[0]) for s in states]
+    got = reply_logprobs(model, prompts, replies, tok.pad_token_id)
+    for p, r, value in zip(prompts, replies, got):
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([list(p) + list(r)])).logits[0].float(), -1)
+        assert float(value) == pytest.approx(sum(float(logp[len(p) - 1 + j, t]) for j, t in enumerate(r)), abs=1e-4)
+    got.sum().backward()
+    assert model.get_output_embeddings().weight.grad is not None
+    model.zero_grad(set_to_none=True)
+
+
+def test_sft_loss_equals_the_models_own_loss_over_reply_tokens(model, tok, states_turns):
+    from agentprm.agent.encoding import reply_ids
+    from agentprm.agent.scoring import right_pad
+    from agentprm.policy.sft import IGNORE, Example, sft_loss
+
+    states = states_turns[0][:3]
+    batch = []
+    for s in states:
+        p, r = prompt_ids(tok, s, PromptConfig()), reply_ids(tok, s.admissible[0])
+        batch.append(Example(p + r, [IGNORE] * len(p) + r))
+    loss, metrics = sft_loss(model, batch)
+    ids, mask = right_pad([e.input_ids for e in batch], 0)
+    labels, _ = right_pad([e.labels for e in batch], IGNORE)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    assert float(loss) == pytest.approx(float(want), rel=1e-5)
+    assert metrics["weight"] == sum(len(reply_ids(tok, s.admissible[0])) for s in states)
+
+
 def test_cached_batched_generation_equals_plain_greedy_decoding(model, tok, states_turns):
     prompts = [prompt_ids(tok, s, PromptConfig()) for s in states_turns[0][:4]]
     backend = HFBackend(model, tok.pad_token_id, tok.eos_token_id)

@@ -10,6 +10,7 @@ batched == one-at-a-time).
 """
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -46,6 +47,21 @@ def positions(mask: torch.Tensor, offset: torch.Tensor | None = None) -> torch.T
 
 MAX_MASK_ELEMENTS = 2 ** 25  # packed rows per forward: batch x length^2 of the 4-D mask stays under this
 PADDING_SLACK = 1.25  # a forward may cost at most this much more than its rows unpadded (cost ~ length^2)
+ATTENTION_BUDGET = 8 * 2 ** 30  # bytes of one layer's attention weights a packed row may take (else: `_score_shared`)
+CACHE_BUDGET = 2 ** 30  # bytes of repeated KV cache one chunk of `_score_shared` may take
+
+
+def _memory_per_token(model) -> tuple[float, float]:
+    """(bytes of one layer's attention weights per (query, key) pair of a packed row; bytes of the KV cache per
+    token over all layers), from the model's config; (0, 0) when the config does not say (never routed away)."""
+    config = getattr(model, "config", None)
+    heads = getattr(config, "num_attention_heads", 0) or 0
+    if not heads:
+        return 0.0, 0.0
+    size = next(model.parameters()).element_size()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return heads * size, 2 * kv_heads * head_dim * config.num_hidden_layers * size
 
 
 @torch.no_grad()
@@ -63,10 +79,25 @@ def score_candidates(model, prompt_ids: Sequence[Sequence[int]], candidate_ids: 
     A forward costs its longest row's length squared for every row (the mask is dense), and packed rows differ a
     lot in length (a state has 10 to 40 admissible commands), so rows are sorted by length and cut into forwards whose
     padded cost stays within PADDING_SLACK of their own: batching all of them at once was slower than one row at
-    a time."""
+    a time.
+
+    A packed row's attention weights take heads × length² elements per layer (the dense mask rules out the
+    memory-efficient kernels). Where that would exceed ATTENTION_BUDGET bytes — rows of some 17,000 tokens for a
+    0.5 B chat model — the row is scored by `_score_shared` instead: the prompt once, then its candidates in chunks on
+    the prompt's KV cache repeated per candidate, each chunk within CACHE_BUDGET, so memory grows linearly with the
+    prompt and not at all with the number of candidates. Below that, packing is as fast and leaner than sharing the
+    cache (bench/model_scale.py, 0.5 B shape with 2 KV heads, 30 candidates at an 8,192-token prompt: packed 61.3 s
+    and +0.8 GB; the cache repeated for all 30 at once 62.0 s and +4.1 GB). The scores are the same either way
+    (tests/test_lm_agent.py)."""
     rows = [_pack(p, cands) for p, cands in zip(prompt_ids, candidate_ids)]
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
     scores: list[torch.Tensor | None] = [None] * len(rows)
+    attention, cache = _memory_per_token(model)
+    for i, row in enumerate(rows):   # a row whose attention would outgrow the budget: share the prompt instead
+        if attention * len(row[0]) ** 2 > ATTENTION_BUDGET:
+            chunk = max(1, int(CACHE_BUDGET // max(1, 2 * cache * len(prompt_ids[i]))))   # the repeated cache,
+            # and its copy when a chunk's own keys are appended to it
+            scores[i] = _score_shared(model, prompt_ids[i], candidate_ids[i], chunk)
+    order = sorted((i for i in range(len(rows)) if scores[i] is None), key=lambda i: len(rows[i][0]))
     lo = 0
     while lo < len(order):
         hi, own = lo + 1, len(rows[order[lo]][0]) ** 2
@@ -78,6 +109,44 @@ def score_candidates(model, prompt_ids: Sequence[Sequence[int]], candidate_ids: 
         for i, score in zip(order[lo:hi], _score_rows(model, [rows[i] for i in order[lo:hi]], pad_id)):
             scores[i] = score
         lo = hi
+    return scores
+
+
+def _score_shared(model, prompt: Sequence[int], cands: Sequence[Sequence[int]], chunk: int) -> torch.Tensor:
+    """One prompt's candidates against the prompt's KV cache: the prompt in one forward, then the candidates in
+    batches of `chunk`, each on its own copy of the cache repeated per candidate, with every candidate's tokens but
+    the last (right-padded, positions continuing from the prompt's end). A candidate's first token is predicted by the
+    prompt's last position."""
+    device = next(model.parameters()).device
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    if not cands:
+        return torch.zeros(0)
+    first = decoder(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True)
+    logp_first = F.log_softmax(head(first.last_hidden_state[0, -1]).float(), -1)
+    scores = logp_first[torch.tensor([c[0] for c in cands], device=device)].cpu()
+    for lo in range(0, len(cands), chunk):
+        part = cands[lo:lo + chunk]
+        longest = max(len(c) for c in part) - 1
+        if longest == 0:
+            continue
+        ids = torch.zeros((len(part), longest), dtype=torch.long)
+        mask = torch.zeros((len(part), len(prompt) + longest), dtype=torch.long)
+        mask[:, :len(prompt)] = 1
+        for k, c in enumerate(part):
+            ids[k, :len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+            mask[k, len(prompt):len(prompt) + len(c) - 1] = 1
+        cache = copy.deepcopy(first.past_key_values)
+        cache.batch_repeat_interleave(len(part))
+        pos = torch.arange(len(prompt), len(prompt) + longest)[None].expand(len(part), -1)
+        hidden = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
+                         past_key_values=cache, use_cache=False).last_hidden_state
+        rows, at, token = [], [], []
+        for k, c in enumerate(part):
+            for j in range(1, len(c)):   # position j - 1 of the candidate's inputs predicts its token j
+                rows.append(lo + k), at.append(j - 1), token.append(c[j])
+        logits = head(hidden[torch.tensor(rows, device=device) - lo, torch.tensor(at, device=device)])
+        logp = F.log_softmax(logits.float(), -1).gather(-1, torch.tensor(token, device=device)[:, None]).squeeze(-1)
+        scores = scores.index_add(0, torch.tensor(rows), logp.cpu())
     return scores
 
 
@@ -127,14 +196,20 @@ def _score_rows(model, rows, pad_id: int) -> list[torch.Tensor]:
 def reply_logprobs(model, prompt_ids: Sequence[Sequence[int]], reply_ids: Sequence[Sequence[int]],
                    pad_id: int) -> torch.Tensor:
     """log π(reply | prompt) summed over reply tokens, with gradients (DPO, policy-gradient losses), shape (B,).
-    Rows are right-padded prompt⊕reply; only reply positions count."""
+    Rows are right-padded prompt⊕reply. The output head runs on the positions that predict a reply token only: a
+    chat model's vocabulary is ~150,000 wide, and its logits over every prompt position were most of a DPO step's
+    memory (bench/model_scale.py)."""
     device = next(model.parameters()).device
     seqs = [list(p) + list(r) for p, r in zip(prompt_ids, reply_ids)]
     ids, mask = right_pad(seqs, pad_id)
-    ids, mask = ids.to(device), mask.to(device)
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-    tok_logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    reply_mask = torch.zeros_like(mask)
+    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+    row, at, token = [], [], []
     for i, (p, r) in enumerate(zip(prompt_ids, reply_ids)):
-        reply_mask[i, len(p):len(p) + len(r)] = 1
-    return (tok_logp * reply_mask[:, 1:]).sum(-1)
+        for j, t in enumerate(r):   # position len(p) - 1 + j predicts the reply's token j
+            row.append(i), at.append(len(p) - 1 + j), token.append(t)
+    if not row:
+        return hidden.new_zeros(len(seqs), dtype=torch.float32)
+    logits = model.get_output_embeddings()(hidden[torch.tensor(row, device=device), torch.tensor(at, device=device)])
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(token, device=device)[:, None]).squeeze(-1)
+    return torch.zeros(len(seqs), device=device, dtype=logp.dtype).index_add(0, torch.tensor(row, device=device),
+                                                                              logp)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from agentprm.agent.checkpoint import save_policy
 from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
@@ -53,11 +54,18 @@ def make_examples(tokenizer, episodes: Sequence[EpisodeRecord], cfg: PromptConfi
 
 
 def sft_loss(model, batch: Sequence[Example]) -> tuple[torch.Tensor, dict]:
+    """Mean next-token cross-entropy over the labelled (reply) tokens. The output head runs on the positions that
+    predict a labelled token only — what `model(labels=...)` computes, without a chat model's ~150,000-wide logits
+    over every prompt position (bench/model_scale.py)."""
     device = next(model.parameters()).device
     ids, mask = right_pad([e.input_ids for e in batch], 0)  # any id: padding is masked and labelled IGNORE
     labels, _ = right_pad([e.labels for e in batch], IGNORE)
-    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
-    return out.loss, {"weight": int((labels != IGNORE).sum())}   # a mean over these tokens (train/core.py)
+    targets = labels[:, 1:]
+    keep = (targets != IGNORE).to(device)   # position t predicts token t + 1
+    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep])
+    loss = F.cross_entropy(logits.float(), targets.to(device)[keep])
+    return loss, {"weight": int(keep.sum())}   # a mean over these tokens (train/core.py)
 
 
 def renumbered(episode: EpisodeRecord, rng: random.Random, copy: int) -> EpisodeRecord:
