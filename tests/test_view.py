@@ -70,6 +70,8 @@ def test_view_command_writes_a_page_and_replaces_only_its_own(mini_run, tmp_path
     assert '<meta name="generator" content="agentprm' in first and "Chart.js v4" in first
     assert "http://" not in re.sub(r"(//|\*).*", "", first.split("<script>")[0])   # no fetched asset in the head
     assert main(["view", str(mini_run), "--out", str(out)]) == 0   # its own page: replaced
+    assert main(["view", str(mini_run), "--out", str(mini_run / "other.html")]) == 0   # inside the run folder too
+    assert (mini_run / "other.html").read_text() == first
     mine = tmp_path / "notes.html"
     mine.write_text("<html>my notes</html>")
     capsys.readouterr()
