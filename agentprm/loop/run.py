@@ -28,7 +28,7 @@ from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.pool import configure_pool
 from agentprm.errors import UserError
 from agentprm.eval.paired import CONTROL, comparisons
-from agentprm.io import provenance, write_json, write_text
+from agentprm.io import atomic_leftovers, provenance, write_json, write_text
 from agentprm.loop.algos import get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config, load_config
 from agentprm.loop.stages import MARKERS, StageRunner, run_lock
@@ -140,7 +140,11 @@ class Loop:
             episodes, summary = play_eval(agent(), eval_tasks, how, critic=critic() if critic else None,
                                           best_of=1 if beam else row.best_of_n, beam=beam, tag=f"eval-{row.stage}")
             self.check_errors(f"eval_{row.stage}", episodes)
-            write_episodes_file(self.run_dir / "evals" / f"{row.stage}.parquet", episodes)   # what the agent did
+            saved = self.run_dir / "evals" / f"{row.stage}.parquet"   # what the agent did
+            for stale in atomic_leftovers(saved):   # a kill inside an earlier attempt's write of it (this stage's)
+                if stale.is_file() and not stale.is_symlink():
+                    stale.unlink()
+            write_episodes_file(saved, episodes)
             write_json(out, summary)
 
         summary = json.loads(self.stages.run(f"eval_{row.stage}", f"evals/{row.stage}.json", build).read_text())
