@@ -50,7 +50,7 @@ _BY_NAME = {
                  "checkpoint_every_s", "r", "branches",
                  "max_errors", "candidates", "min_margin", "search_tasks", "beam_width", "spro_beta", "entropy_coef",
                  "probe_episodes", "prm_rise", "std_rise", "max_kl", "temperature", "bon_temperature",
-                 "delta", "retries", "gigpo_omega", "top_k"),
+                 "delta", "retries", "gigpo_omega", "top_k", "prior_weight"),
     POSITIVE: ("lr", "beta", "alpha", "clip", "epochs", "timeout_s", "timeout"),
     UNIT: ("gamma", "gigpo_gamma", "shaping_alpha", "reset_frac", "steer_frac"),
     PROBABILITY_MASS: ("top_p",),

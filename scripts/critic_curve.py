@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
-from agentprm.data.tables import write_with_info
+from agentprm.data.tables import TARGETS_SCHEMA, write_with_info
 from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories
 from agentprm.envs.alfworld.generate import generate_tasks
 from agentprm.envs.alfworld.tasks import load_tasks
@@ -55,17 +55,26 @@ GAMMA, MAX_STEPS, TOP = 0.9, 30, 4          # the quickstart's γ and step budge
 PER_TASK = 6                                # the quickstart's rollouts per train game
 
 
+STATES_PER_GAME = 5                         # continuation labels: states per train game, π0's top 4 at each
+
+
 @dataclass(frozen=True)
 class Variant:
     loss: str
     init: str = "policy"      # "policy" = π0's weights (0.5 M parameters), or a preset trained from scratch
     epochs: float = 2.0
+    data: str = "mc"          # "mc": MC targets of the rollouts; "continuation": oracle labels of π0's top 4 at
+                              # STATES_PER_GAME rollout states per game (same-state alternatives by construction)
+    prior: float = 0.0        # the PRM's prior_weight: logit f + w · log π0(a|s) (prm/model.py)
 
 
 VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers study found ranks best (8 epochs)
     "soft-bce": Variant("soft-bce"),
     "bradley-terry": Variant("bradley-terry", epochs=8.0),
     "soft-bce-small": Variant("soft-bce", init="small"),        # ~4 M parameters, from scratch
+    "bradley-terry-prior": Variant("bradley-terry", epochs=8.0, prior=1.0),
+    "cont-bradley-terry": Variant("bradley-terry", epochs=8.0, data="continuation"),
+    "cont-bradley-terry-prior": Variant("bradley-terry", epochs=8.0, data="continuation", prior=1.0),
 }
 
 
@@ -126,6 +135,70 @@ def play_rollouts(out: Path, tasks: list, per_task: int, workers: int | None) ->
         run_episodes(jobs, pi0, num_envs=16, num_workers=workers, writer=writer, description=f"rollouts {len(tasks)}")
 
 
+def label_games(out: Path, tasks: list, workers: int | None, block: int = 24) -> None:
+    """Oracle labels Q^π0 of π0's top 4 at STATES_PER_GAME states of each game's rollouts (states with two or more
+    commands, drawn with the game's own seed, so a game's labels do not depend on the point), into the growing
+    folder <out>/labels, one file per block of games [lo, hi) of the train split; blocks already there are kept."""
+    folder = out / "labels"
+    folder.mkdir(exist_ok=True)
+    done = set()
+    for f in folder.glob("games-*.parquet"):
+        lo, hi = map(int, f.stem.split("-")[1:])
+        done.update(range(lo, hi))
+    blocks: list[list[int]] = []   # runs of consecutive games not labelled yet, at most `block` each
+    for k in range(len(tasks)):
+        if k in done:
+            continue
+        if blocks and blocks[-1][-1] == k - 1 and len(blocks[-1]) < block:
+            blocks[-1].append(k)
+        else:
+            blocks.append([k])
+    if not blocks:
+        return
+    ranker = LMAgent.load(DEFAULT_POLICY, mode="choose", distinct=True)
+    for ks in blocks:
+        chunk = {tasks[k].task_id: tasks[k] for k in ks}
+        by_task: dict[str, dict] = {}
+        for e in iter_episodes(read_trajectories(out / "rollouts")):
+            if e.task_id in chunk and not e.error:
+                for t, (s, _) in enumerate(episode_states(e)):
+                    if len(s.admissible) > 1:
+                        by_task.setdefault(e.task_id, {}).setdefault(s.key(), (e, t, s))
+        refs = [ref for tid in chunk for ref in random.Random(tid).sample(
+            sorted(by_task.get(tid, {}).values(), key=lambda v: (v[0].episode_id, v[1])),
+            min(STATES_PER_GAME, len(by_task.get(tid, {}))))]
+        tops = ranker.sample([s for *_, s in refs], [None] * len(refs), TOP)
+        flat = [(ref, a) for ref, top in zip(refs, tops) for a in top]
+        with OracleCritic.greedy(DEFAULT_POLICY, list(chunk.values()), mode="choose", gamma=GAMMA,
+                                 max_steps=MAX_STEPS, workers=workers) as oracle:
+            q = oracle.score([r[2] for r, _ in flat], [a for _, a in flat]).tolist()
+            if oracle.errors:
+                raise RuntimeError(f"{oracle.errors} oracle continuations hit an env error")
+        table = pa.table({"state_key": [r[2].key() for r, _ in flat], "action": [a for _, a in flat], "q": q,
+                          "visits": [1] * len(flat), "task_id": [r[0].task_id for r, _ in flat],
+                          "task_type": [r[0].task_type for r, _ in flat],
+                          "episode_id": [r[0].episode_id for r, _ in flat], "turn": [r[1] for r, _ in flat]},
+                         schema=TARGETS_SCHEMA)
+        write_with_info(folder / f"games-{ks[0]:05d}-{ks[-1] + 1:05d}.parquet", table,
+                        {"kind": "continuation-targets", "rollouts": str((out / "rollouts").resolve())})
+        print(f"labelled games {ks[0]}..{ks[-1]}: {len(refs)} states, {len(flat)} continuations", flush=True)
+
+
+def continuation_file(stages: StageRunner, out: Path, tasks: list, per_task: int, workers: int | None) -> Path:
+    """The continuation labels of `tasks`' games as one targets file (the point's train data)."""
+    label_games(out, tasks, workers)
+    ids = pa.array([t.task_id for t in tasks])
+
+    def build(path: Path) -> None:
+        table = pa.concat_tables(pq.read_table(f, schema=TARGETS_SCHEMA) for f in sorted((out / "labels").glob("*.parquet")))
+        table = table.filter(pc.is_in(table["task_id"], value_set=ids))
+        write_with_info(path, table, {"kind": "continuation-targets", "rollouts": str((out / "rollouts").resolve()),
+                                      "gamma": GAMMA, "states": len(pc.unique(table["state_key"])),
+                                      "tasks": len(tasks), "per_task": per_task, "candidates": TOP})
+    name = tag(len(tasks), per_task)
+    return stages.run(f"continuation_{name[1:]}", f"targets/continuation-{name}.parquet", build)
+
+
 def tag(n: int, per_task: int) -> str:
     """A point's name: n games, and the rollouts per game where they are not the default's."""
     return f"n{n}" if per_task == PER_TASK else f"n{n}_k{per_task}"
@@ -171,14 +244,17 @@ def ranking(pred: np.ndarray, truth: np.ndarray, groups: list[str], boot: int = 
             "states_separated": int((count > 0).sum()), "state_right": right.tolist(), "state_pairs": count.tolist()}
 
 
-def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str, seed: int, held: tuple) -> None:
+def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str, seed: int, held: tuple,
+          workers: int | None) -> None:
     variant, n = VARIANTS[name], len(tasks)
-    target_file = targets(stages, out, tasks, per_task)
+    target_file = (targets(stages, out, tasks, per_task) if variant.data == "mc"
+                   else continuation_file(stages, out, tasks, per_task, workers))
 
     def build(folder: Path) -> None:
         init = str(DEFAULT_POLICY) if variant.init == "policy" else variant.init
         metrics = train_prm(target_file, init, variant.loss, folder / "prm",
-                            TrainConfig(epochs=variant.epochs, seed=seed), PrmDataConfig(heldout_frac=0.0))
+                            TrainConfig(epochs=variant.epochs, seed=seed), PrmDataConfig(heldout_frac=0.0),
+                            prior_weight=variant.prior)
         states, actions, truth = held
         pred = load_prm(folder / "prm").score(states, actions).numpy()
         write_json(folder / "result.json", {
@@ -219,19 +295,6 @@ def report(out: Path, held: tuple) -> None:
                       if k in ("state_right", "state_pairs")})
         results.append(r)
     fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
-    groups: dict[tuple, list[dict]] = {}
-    for r in results:
-        groups.setdefault((r["variant"], r["tasks"], r["rollouts"]), []).append(r)
-    lines = ["| variant | train games | rollouts | seeds | held-out pairwise acc. (seeds pooled) | 95% CI (states) | "
-             "Δ vs the variant's smallest point | paired 95% CI |", "|---|---|---|---|---|---|---|---|"]
-    summary = []
-    for key in sorted(groups):
-        smallest = min(k for k in groups if k[0] == key[0])
-        acc, ci, delta = pooled(groups[key], groups[smallest] if key != smallest else None)
-        summary.append({"variant": key[0], "tasks": key[1], "rollouts": key[2], "seeds": len(groups[key]),
-                        "pairwise_accuracy": acc, "ci95": ci, "delta_vs": list(smallest[1:]), "delta": delta})
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(groups[key])} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | "
-                     + (f"{delta[0]:+.3f} | [{delta[1]:+.3f}, {delta[2]:+.3f}] |" if delta else "— | — |"))
     # the reference a learned critic must beat: π0's own preference (the candidates are stored in π0's top-4 order)
     states, _, truth = held
     keys, rank, order = [s.key() for s in states], {}, []
@@ -239,8 +302,25 @@ def report(out: Path, held: tuple) -> None:
         rank[k] = rank.get(k, -1) + 1
         order.append(-rank[k])
     prior = ranking(np.asarray(order, dtype=float), truth, keys)
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["variant"], r["tasks"], r["rollouts"]), []).append(r)
+    lines = ["| variant | train games | rollouts | seeds | held-out pairwise acc. (seeds pooled) | 95% CI (states) | "
+             "Δ vs the variant's smallest point | paired 95% CI | Δ vs π0's own order | paired 95% CI |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    summary = []
+    span = lambda d: f"{d[0]:+.3f} | [{d[1]:+.3f}, {d[2]:+.3f}] |" if d else "— | — |"  # noqa: E731
+    for key in sorted(groups):
+        smallest = min(k for k in groups if k[0] == key[0])
+        acc, ci, delta = pooled(groups[key], groups[smallest] if key != smallest else None)
+        _, _, vs_prior = pooled(groups[key], [{**prior, "seed": r["seed"]} for r in groups[key]])
+        summary.append({"variant": key[0], "tasks": key[1], "rollouts": key[2], "seeds": len(groups[key]),
+                        "pairwise_accuracy": acc, "ci95": ci, "delta_vs": list(smallest[1:]), "delta": delta,
+                        "delta_vs_pi0_order": vs_prior})
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(groups[key])} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | "
+                     + span(delta) + " " + span(vs_prior))
     lines.append(f"| π0's own order of its top {TOP} (no PRM) | — | — | — | {prior['pairwise_accuracy']:.3f} | "
-                 f"[{prior['ci95'][0]:.3f}, {prior['ci95'][1]:.3f}] | — | — |")
+                 f"[{prior['ci95'][0]:.3f}, {prior['ci95'][1]:.3f}] | — | — | — | — |")
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
               "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):
@@ -311,7 +391,7 @@ def main() -> None:
             play_rollouts(args.out, tasks, args.per_task, args.workers)
             for name in args.variants:
                 for seed in args.seeds:
-                    point(stages, args.out, tasks, args.per_task, name, seed, held)
+                    point(stages, args.out, tasks, args.per_task, name, seed, held, args.workers)
                     report(args.out, held)
 
 

@@ -61,3 +61,27 @@ def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
     assert pooled[(3, 6)]["delta"] is None and pooled[(6, 12)]["delta_vs"] == [3, 6]
     assert (out / "curve.md").read_text().count("| soft-bce |") == 3 + 3   # the pooled rows, then one per seed
     assert 0.0 <= curve["pi0_order"]["pairwise_accuracy"] <= 1.0 and "π0's own order" in (out / "curve.md").read_text()
+
+
+@pytest.mark.slow
+def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path):
+    out = tmp_path / "curve"
+    _run(out, "--tasks", "3", "--per-task", "2", "--variants", "cont-bradley-terry-prior")
+    first = {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")}
+    assert list(first) == ["games-00000-00003.parquet"]
+    _run(out, "--tasks", "3", "6", "--per-task", "2", "--variants", "cont-bradley-terry-prior")
+    assert {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")} == {
+        **first, "games-00003-00006.parquet": (out / "labels" / "games-00003-00006.parquet").read_bytes()}
+    small, large = (pq.read_table(out / "targets" / f"continuation-n{n}_k2.parquet") for n in (3, 6))
+    assert set(small["task_id"].to_pylist()) < set(large["task_id"].to_pylist())
+    assert small.to_pylist() == [r for r in large.to_pylist() if r["task_id"] in set(small["task_id"].to_pylist())]
+    for table in (small, large):   # π0's top 4 (fewer where a state has fewer commands) at ≤ 5 states per game
+        per_state = table.group_by("state_key").aggregate([("action", "count")])["action_count"].to_pylist()
+        per_game = table.group_by("task_id").aggregate([("state_key", "count_distinct")])
+        assert max(per_state) <= 4 and min(per_state) >= 2
+        assert max(per_game["state_key_count_distinct"].to_pylist()) <= 5
+        assert all(0.0 <= q <= 1.0 for q in table["q"].to_pylist())
+    curve = json.loads((out / "curve.json").read_text())
+    assert {p["tasks"] for p in curve["points"]} == {3, 6}
+    prm = out / "points" / "cont-bradley-terry-prior" / "n6_k2" / "s0" / "prm"
+    assert json.loads((prm / "agentprm.json").read_text())["prior_weight"] == 1.0 and (prm / "prior").is_dir()

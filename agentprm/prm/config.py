@@ -22,6 +22,8 @@ class PrmConfig:
     grad_accum: int = 1             # micro-batches per step: the same training in less memory (train/core.py)
     lora: LoraConfig = field(default_factory=LoraConfig)   # adapters on the init model (the scalar head is trained
                                     # fully and saved with them) instead of every weight
+    prior_weight: float = 0.0       # w > 0: Q = σ(f + w · log π_init(a|s)), the head a residual on the policy's own
+                                    # ranking of its alternatives (prm/model.py); needs init "policy" or a policy folder
 
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, grad_accum=self.grad_accum,

@@ -11,10 +11,19 @@ position of the attention mask, instead of HF's "rightmost token that is not pad
 the EOS token would otherwise pool one token early, since every reply ends with EOS. Sequences are
 `encoding.prompt_ids(state) + encoding.reply_ids(reply)`, right-padded: the PRM sees exactly the ids the policy
 scored. `agentprm.json` holds the PromptConfig (inherited from the init folder) and "kind": "prm".
+
+**A prior** (`prior_weight` w > 0; docs/algorithms.md §1): Q_φ(s, a) = σ(f_φ(s, a) + w · log π_ref(a | s)), with
+π_ref the frozen policy the PRM was initialised from, saved with it under `prior/`. A plain PRM fitted to Q-targets
+forgets the policy's ranking of its own alternatives at a state, the one thing Best-of-N and the updates ask of it
+(docs/results.md, "The critic's learning curve"); with the prior the head learns a residual on that ranking, the
+form of the KL-regularised optimum (log π* = log π_ref + Q/β − log Z). Best-of-N and the updates compare one
+state's replies, where the term is exactly the policy's preference; beam search compares states too, where it adds
+the reply's likelihood to the state's value.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -24,16 +33,25 @@ from transformers import AutoModelForSequenceClassification, LlamaForSequenceCla
 from transformers.utils import logging as hf_logging
 
 from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, read_json_object, reply_ids
-from agentprm.agent.scoring import right_pad
+from agentprm.agent.scoring import reply_logprobs, right_pad
 from agentprm.agent.state import AgentState
 from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.errors import UserError
 from agentprm.outputs import atomic_dir
 from agentprm.models.device import place
-from agentprm.models.presets import ADAPTER_CONFIG, PRESETS, load_tokenizer, load_weights, preset_config
+from agentprm.models.presets import ADAPTER_CONFIG, PRESETS, load_causal_lm, load_tokenizer, load_weights, preset_config
 from agentprm.train.distributed import is_main
 
 KIND = "prm"
+PRIOR_DIR = "prior"
+
+
+@dataclass
+class Prior:
+    """The frozen reference policy π_ref of a PRM with a prior, and the weight w of log π_ref(a | s) in its logit.
+    (A plain holder, so the policy is neither a trained parameter of the PRM nor in its state dict.)"""
+    policy: PreTrainedModel
+    weight: float
 
 
 class ProcessRewardModel(nn.Module):
@@ -42,6 +60,7 @@ class ProcessRewardModel(nn.Module):
         if not hasattr(lm, "score"):
             raise UserError(f"{type(lm).__name__}: no scalar 'score' head (not a decoder sequence classifier)")
         self.lm, self.tokenizer, self.prompt = lm, tokenizer, prompt
+        self.prior: Prior | None = None
 
     @classmethod
     def init(cls, source: str | Path, seed: int = 0) -> ProcessRewardModel:
@@ -73,7 +92,34 @@ class ProcessRewardModel(nn.Module):
         if kind != KIND:
             raise UserError(f"{folder}: not a PRM folder ({CONFIG_FILE} kind is {kind!r}, expected {KIND!r})")
         tokenizer = load_tokenizer(folder)
-        return cls(_load_classifier(folder, pad_token_id=tokenizer.pad_token_id), tokenizer, PromptConfig.load(folder))
+        prm = cls(_load_classifier(folder, pad_token_id=tokenizer.pad_token_id), tokenizer, PromptConfig.load(folder))
+        weight = read_json_object(meta).get("prior_weight") or 0.0
+        if weight:
+            prm.prior = Prior(_frozen(load_causal_lm(folder / PRIOR_DIR)), float(weight))
+        return prm
+
+    def attach_prior(self, policy_dir: str | Path, weight: float) -> None:
+        """Score with w · log π_ref(a | s) added to the logit, π_ref the policy in `policy_dir` (frozen). It must
+        read the PRM's own token ids: the PRM is initialised from that folder (its tokenizer and prompt)."""
+        folder = Path(policy_dir).expanduser()
+        if not folder.is_dir():
+            raise UserError(f"prior_weight {weight}: the prior is the policy the PRM starts from, and {policy_dir} "
+                            "is not a policy folder (init the PRM from one, or set prior_weight 0)")
+        if load_tokenizer(folder).get_vocab() != self.tokenizer.get_vocab():
+            raise UserError(f"{folder}: its tokenizer is not the PRM's, so it cannot score the PRM's sequences as a "
+                            "prior")
+        self.prior = Prior(_frozen(load_causal_lm(folder)), weight)
+
+    @torch.no_grad()
+    def prior_offsets(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+                      batch_size: int = 32) -> torch.Tensor:
+        """w · log π_ref(reply | prompt) per row (zeros without a prior), float32 on the CPU."""
+        if self.prior is None:
+            return torch.zeros(len(replies))
+        p = self.prior
+        return torch.cat([reply_logprobs(p.policy, prompts[i:i + batch_size], replies[i:i + batch_size],
+                                         self.tokenizer.pad_token_id).float().cpu() * p.weight
+                          for i in range(0, len(replies), batch_size)] or [torch.zeros(0)])
 
     def add_lora(self, cfg, seed: int = 0) -> None:
         """Train LoRA adapters on the backbone (models/lora.py) and the new scalar head in full, instead of every
@@ -94,6 +140,9 @@ class ProcessRewardModel(nn.Module):
         with atomic_dir(folder) as tmp:
             save_trained(self.lm, tmp, merge, what="PRM")
             self.tokenizer.save_pretrained(tmp)
+            if self.prior is not None:
+                self.prior.policy.save_pretrained(tmp / PRIOR_DIR)
+                info["prior_weight"] = self.prior.weight
             self.prompt.save(tmp, kind=KIND, **info)
         return Path(folder)
 
@@ -113,25 +162,35 @@ class ProcessRewardModel(nn.Module):
         return self(ids.to(device), mask.to(device))
 
     @torch.no_grad()
-    def score_ids(self, seqs: Sequence[Sequence[int]], batch_size: int = 32) -> torch.Tensor:
-        """Q in [0, 1] for encoded sequences, in batches of `batch_size`."""
+    def score_ids(self, seqs: Sequence[Sequence[int]], batch_size: int = 32,
+                  offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """Q in [0, 1] for encoded sequences, in batches of `batch_size`; `offsets` (the prior's term, per row) are
+        added to the logits."""
         was_training = self.training
         self.eval()
-        out = [torch.sigmoid(self.logits_of(seqs[i:i + batch_size])).cpu() for i in range(0, len(seqs), batch_size)]
+        out = [self.logits_of(seqs[i:i + batch_size]).cpu() for i in range(0, len(seqs), batch_size)]
         self.train(was_training)
-        return torch.cat(out) if out else torch.empty(0)
+        logits = torch.cat(out) if out else torch.empty(0)
+        return torch.sigmoid(logits if offsets is None else logits + offsets)
 
     def score(self, states: Sequence[AgentState], replies: Sequence[str], batch_size: int = 32) -> torch.Tensor:
         """Q_φ(s, a) in [0, 1] for every (state, reply); states shared by several replies are encoded once."""
         if len(states) != len(replies):
             raise ValueError(f"{len(states)} states but {len(replies)} replies")
         prompts: dict[str, list[int]] = {}
-        seqs = []
-        for state, reply in zip(states, replies):
+        for state in states:
             if state.key() not in prompts:
                 prompts[state.key()] = prompt_ids(self.tokenizer, state, self.prompt)
-            seqs.append(prompts[state.key()] + reply_ids(self.tokenizer, reply))
-        return self.score_ids(seqs, batch_size)
+        heads = [prompts[s.key()] for s in states]
+        tails = [reply_ids(self.tokenizer, reply) for reply in replies]
+        offsets = self.prior_offsets(heads, tails, batch_size) if self.prior else None
+        return self.score_ids([h + t for h, t in zip(heads, tails)], batch_size, offsets)
+
+
+def _frozen(model: PreTrainedModel) -> PreTrainedModel:
+    model.eval()
+    model.requires_grad_(False)
+    return model
 
 
 def _ensure_pad(tokenizer) -> None:

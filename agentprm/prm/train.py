@@ -46,35 +46,44 @@ def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np
 
 
 def evaluate(prm: ProcessRewardModel, seqs: Sequence[Sequence[int]], q: Sequence[float], state_keys: Sequence[str],
-             delta: float, batch_size: int) -> dict[str, Any]:
-    pred = prm.score_ids(seqs, batch_size).tolist()
+             delta: float, batch_size: int, offsets: torch.Tensor | None = None) -> dict[str, Any]:
+    pred = prm.score_ids(seqs, batch_size, offsets).tolist()
     accuracy, n_pairs = pairwise_accuracy(pred, q, state_keys, delta)
     return {"n": len(q), "bce": bce(pred, q), "spearman": spearman(pred, q), "pairwise_accuracy": accuracy,
             "pairs": n_pairs}
 
 
 def make_loss_fn(loss: PrmLoss) -> Callable:
-    """loss_fn(model, batch) for the training core; a batch holds (seq, q) points or (chosen, rejected) pairs."""
+    """loss_fn(model, batch) for the training core. A batch holds (seq, q, offset) points or (chosen, rejected,
+    offset_chosen, offset_rejected) pairs; an offset (the prior's w · log π_ref, else 0) is added to the row's logit."""
     if loss.kind == "trajectory":
         return PQMLoss(fn=loss.fn)
     if loss.pairwise:
         def pairwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
-            logits = model.logits_of([c for c, _ in batch] + [r for _, r in batch])
+            logits = model.logits_of([c for c, *_ in batch] + [r for _, r, *_ in batch])
+            logits = logits + _column(logits, [e[2] for e in batch] + [e[3] for e in batch])
             chosen, rejected = logits[:len(batch)], logits[len(batch):]
             return loss.fn(chosen, rejected), {"pair_acc": float((chosen > rejected).float().mean())}
         return pairwise
 
     def pointwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
-        logits = model.logits_of([s for s, _ in batch])
-        return loss.fn(logits, torch.tensor([q for _, q in batch], dtype=logits.dtype, device=logits.device)), {}
+        logits = model.logits_of([s for s, *_ in batch])
+        logits = logits + _column(logits, [e[2] for e in batch])
+        return loss.fn(logits, _column(logits, [e[1] for e in batch])), {}
     return pointwise
+
+
+def _column(like: torch.Tensor, values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=like.dtype, device=like.device)
 
 
 def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: str | Path,
               cfg: TrainConfig | None = None, data: PrmDataConfig | None = None,
-              progress: bool = False, lora: LoraConfig | None = None) -> dict[str, Any]:
+              progress: bool = False, lora: LoraConfig | None = None, prior_weight: float = 0.0) -> dict[str, Any]:
     """Train, evaluate, save the PRM to `out_dir` atomically; returns the metrics (also stored in agentprm.json).
-    With `lora` (r > 0) only adapters on `init`'s backbone and the scalar head are trained (models/lora.py)."""
+    With `lora` (r > 0) only adapters on `init`'s backbone and the scalar head are trained (models/lora.py). With
+    `prior_weight` w > 0 the PRM's logit is f_φ + w · log π_init(a | s), π_init frozen (prm/model.py): the head fits
+    a residual on the policy's own ranking."""
     cfg, data, start = cfg or TrainConfig(), data or PrmDataConfig(), time.monotonic()
     prm_loss = get_prm_loss(loss)
     if not 0.0 <= data.heldout_frac < 1.0:
@@ -87,8 +96,13 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         if not Path(init).is_dir():
             raise UserError(f"lora: --init {init} is a preset trained from scratch, there is nothing to adapt (give "
                             "a model folder, or train every weight with --lora-r 0)")
+    if prior_weight and prm_loss.kind == "trajectory":
+        raise UserError(f"prior_weight {prior_weight}: loss {loss!r} scores whole episodes; a prior needs a pointwise "
+                        "or pairwise loss")
     states = load_states(targets, data.rollouts)
     prm = ProcessRewardModel.init(init, seed=cfg.seed)
+    if prior_weight:
+        prm.attach_prior(init, prior_weight)
     if lora and lora.r:
         prm.add_lora(lora, seed=cfg.seed)
 
@@ -98,7 +112,9 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
             prompts[state.key()] = prompt_ids(prm.tokenizer, state, prm.prompt)
     actions, q = targets.table["action"].to_pylist(), targets.table["q"].to_pylist()
     keys, tasks = targets.table["state_key"].to_pylist(), targets.table["task_id"].to_pylist()
-    seqs = [prompts[k] + reply_ids(prm.tokenizer, a) for k, a in zip(keys, actions)]
+    replies = [reply_ids(prm.tokenizer, a) for a in actions]
+    seqs = [prompts[k] + r for k, r in zip(keys, replies)]
+    offsets = prm.prior_offsets([prompts[k] for k in keys], replies, data.eval_batch_size)   # zeros without a prior
 
     held = split_by_task(tasks, data.heldout_frac, cfg.seed)
     halves = {name: np.flatnonzero(mask) for name, mask in (("train", ~held), ("heldout", held))}
@@ -111,9 +127,10 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         examples = pqm_trajectories(episodes, q_of, prm.tokenizer, prm.prompt)
     elif prm_loss.pairwise:
         pairs = pair_indices([keys[i] for i in train_rows], [q[i] for i in train_rows], data.delta)
-        examples = [(seqs[train_rows[i]], seqs[train_rows[j]]) for i, j in pairs]
+        examples = [(seqs[c], seqs[r], float(offsets[c]), float(offsets[r]))
+                    for c, r in ((train_rows[i], train_rows[j]) for i, j in pairs)]
     else:
-        examples = [(seqs[i], q[i]) for i in train_rows]
+        examples = [(seqs[i], q[i], float(offsets[i])) for i in train_rows]
     if not examples and prm_loss.kind == "trajectory":
         raise UserError(f"{targets_path}: no episode of the train tasks has every step in these targets (loss "
                         f"{loss!r} needs MC targets of the rollouts' episodes)")
@@ -123,7 +140,8 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
 
     def evaluate_all() -> dict[str, Any]:
         return {name: evaluate(prm, [seqs[i] for i in rows], [q[i] for i in rows], [keys[i] for i in rows],
-                               data.delta, data.eval_batch_size) for name, rows in halves.items() if len(rows)}
+                               data.delta, data.eval_batch_size, offsets[torch.as_tensor(rows)]) for name, rows in halves.items()
+                if len(rows)}
 
     initial = evaluate_all()
     # length for batching: pairs — the chosen row (same state as the rejected one); trajectories — their tokens
@@ -132,7 +150,7 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                     length=length)
     metrics = {"loss": loss, "init": str(init), "targets": str(targets_path), "rollouts": data.rollouts or
                targets.info.get("rollouts"), "gamma": targets.info.get("gamma"), "examples": len(examples),
-               "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()},
+               "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()}, "prior_weight": prior_weight,
                "initial": initial, "final": evaluate_all(), "history": history,
                "train_config": cfg.to_dict(), "data_config": asdict(data)}
     if lora and lora.r:

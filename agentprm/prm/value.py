@@ -36,7 +36,7 @@ def fit_value_model(states: Sequence[AgentState], values: Sequence[float], init:
                     cfg: TrainConfig, progress: bool = False) -> ProcessRewardModel:
     """A PRM-architecture model fitted with soft-BCE to V̂ on (state, "") sequences."""
     model = ProcessRewardModel.init(init, seed=cfg.seed)
-    examples = [(model.encode(s, ""), v) for s, v in zip(states, values)]
+    examples = [(model.encode(s, ""), v, 0.0) for s, v in zip(states, values)]   # (seq, target, no prior offset)
     train(model, examples, make_loss_fn(get_prm_loss("soft-bce")), cfg, description="V^mu", progress=progress,
           length=lambda e: len(e[0]))
     return model
