@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: install quickstart test test-all test-vllm vllm-venv bench browser
+.PHONY: install quickstart test test-all test-vllm vllm-venv bench browser java
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,3 +46,8 @@ bench: install
 browser:
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
+
+# ScienceWorld (agentprm/envs/scienceworld.py) runs its simulator on a Java VM
+java:
+	command -v java >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless)

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.base import TaskSpec, TextEnv
+from agentprm.envs.scienceworld import ScienceWorldTextEnv
 from agentprm.errors import UserError
 from agentprm.registry import Registry
 
@@ -69,3 +70,9 @@ def require_replay(tasks: Iterable[TaskSpec], what: str) -> None:
 def alfworld(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
     """ALFWorld on the TextWorld engine (deterministic: replayable); `expert` attaches alfworld's hand-coded expert."""
     return AlfWorldEnv(task.game, max_steps=max_steps, task_id=task.task_id, expert=expert)
+
+
+@register_env("scienceworld")
+def scienceworld(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
+    """ScienceWorld on its Java VM (envs/scienceworld.py; optional: `pip install 'agentprm[scienceworld]'`)."""
+    return ScienceWorldTextEnv(task, max_steps=max_steps, expert=expert)

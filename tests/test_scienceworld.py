@@ -1,0 +1,89 @@
+"""ScienceWorld through the env registry (envs/scienceworld.py): its splits, the gold path played by the expert in
+env worker processes, rewards and success, replay determinism, and MC targets from its episodes. Needs the
+`scienceworld` package and Java: skipped where either is missing, except where AGENTPRM_REQUIRE_SCIENCEWORLD=1
+(.ci/run, after `make java`)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from agentprm.agent.policies import ExpertAgent, RandomAgent
+from agentprm.envs.registry import env_factory
+from agentprm.errors import UserError
+
+if os.environ.get("AGENTPRM_REQUIRE_SCIENCEWORLD") != "1":
+    pytest.importorskip("scienceworld")
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime (make java)", allow_module_level=True)
+
+from agentprm.envs.scienceworld import parse_game, scienceworld_tasks  # noqa: E402
+
+SHORT = ["find-living-thing", "find-non-living-thing"]   # gold paths of ~10 commands
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return scienceworld_tasks("train", 2, seed=0, task_names=SHORT)
+
+
+def test_splits_spread_over_types_and_never_share_a_variation():
+    train = scienceworld_tasks("train", 90, seed=0)
+    test = scienceworld_tasks("test", 90, seed=0)
+    assert len({t.task_type for t in train[:30]}) == 30          # every type once before any type twice
+    assert {t.env for t in train} == {"scienceworld"} and all(t.split == "train" for t in train)
+    assert not {t.game for t in train} & {t.game for t in test}
+    assert [t.task_id for t in scienceworld_tasks("train", 90, seed=0)] == [t.task_id for t in train]
+    assert [t.task_id for t in scienceworld_tasks("train", 90, seed=1)] != [t.task_id for t in train]
+    assert parse_game(train[0].game)[2] == "easy" and len({t.task_id for t in train}) == 90
+    with pytest.raises(UserError, match="split 'valid'"):
+        scienceworld_tasks("valid", 1)
+    with pytest.raises(UserError, match="not a task name"):
+        scienceworld_tasks("train", 1, task_names=["boil-water-quickly"])
+    with pytest.raises(UserError, match="expected '<task name>/<variation>"):
+        parse_game("boil")
+
+
+@pytest.mark.slow
+def test_the_expert_plays_the_gold_path_to_a_win_in_env_workers(tasks, tmp_path):
+    from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories
+    from agentprm.rollout.play import play_tasks
+    from agentprm.targets.mc import targets_from_rollouts
+
+    with ShardWriter(tmp_path / "demos") as writer:
+        episodes, summary = play_tasks(ExpertAgent(), tasks, per_task=1, seed=0, max_steps=40, tag="gold",
+                                       workers=2, writer=writer, progress=False)
+    assert summary["success_rate"] == 1.0 and not any(e.error for e in episodes)
+    for e in episodes:
+        assert e.won and e.task_type in SHORT and 5 <= len(e.steps) <= 20
+        assert sum(s.reward for s in e.steps) == pytest.approx(1.0)   # score 0 -> 100 in partial credits
+        assert " is called the " in e.steps[0].observation.split("\n")[0]   # the room it starts in
+        assert len(e.steps[0].admissible) > 100
+    stored = {e.episode_id: e for e in iter_episodes(read_trajectories(tmp_path / "demos"))}
+    assert {e.episode_id for e in episodes} == set(stored)
+    q = targets_from_rollouts(tmp_path / "demos", gamma=0.9).table.to_pydict()
+    for e in episodes:   # one episode per task: Q̂ of turn t is Σ_k γ^(k−t) r_k over ScienceWorld's partial credits
+        got = sorted((turn, value) for turn, value, eid in zip(q["turn"], q["q"], q["episode_id"]) if eid == e.episode_id)
+        want = [sum(0.9 ** (k - t) * s.reward for k, s in enumerate(e.steps) if k >= t) for t, _ in got]
+        assert [t for t, _ in got] == list(range(len(e.steps))) and [v for _, v in got] == pytest.approx(want)
+
+
+def test_commands_replay_to_the_same_state_and_unknown_ones_are_answered(tasks):
+    agent, make = RandomAgent(3), env_factory(tasks[0], max_steps=6)
+    env = make()
+    turns = [env.reset()]
+    bad = env.step("fly to the moon")
+    assert not bad.info["admissible_action"] and bad.observation.startswith("No known action") and not bad.done
+    env.reset()
+    commands = []
+    while not turns[-1].done:
+        commands.append(agent.act([None], [turns[-1]])[0])
+        turns.append(env.step(commands[-1]))
+    env.close()
+    assert len(commands) == 6 and turns[-1].info.get("truncated") and not turns[-1].won
+    again = make()
+    replayed = [again.reset()] + [again.step(c) for c in commands]
+    again.close()
+    assert [(t.observation, t.admissible, t.reward) for t in replayed] == [(t.observation, t.admissible, t.reward)
+                                                                          for t in turns]
