@@ -219,3 +219,33 @@ def test_real_games_walkthroughs(generated_tasks, tok):
             assert tok.unk_token_id not in ids
         env.close()
         assert turn.won, task.task_id
+
+
+def test_plain_format_shows_the_task_and_turns_only_and_is_saved_with_the_model(tmp_path):
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.errors import UserError
+
+    sw = "This room is called the kitchen. In it, you see:\n\tthe agent\n\ta fridge"
+    state = AgentState.start(Turn(task="Your task is to boil water.", observation=sw, admissible=("look around",)),
+                             task_id="sw-boil-3")
+    state = state.advance("open fridge", Turn(task="Your task is to boil water.", observation="The fridge is now open.",
+                                              admissible=("look around", "close fridge")))
+    system, user = state_to_messages(state, show_admissible=True, fmt="plain", system_prompt="You are a scientist.")
+    assert system["content"] == "You are a scientist."
+    assert user["content"].split("\n") == ["Task: Your task is to boil water.",
+                                           "Start: This room is called the kitchen. In it, you see:",
+                                           "\tthe agent", "\ta fridge",
+                                           "Now: open fridge -> The fridge is now open.",
+                                           "Actions: look around | close fridge"]
+    alfworld = state_to_messages(play(SCRIPT)[3], fmt="plain")[1]["content"]
+    assert alfworld.startswith(f"Task: {TASK}\nStart: {INTRO}\nBefore: ") and "Room:" not in alfworld
+    first = state_to_messages(play([])[0], fmt="plain")[1]["content"]
+    assert first == f"Task: {TASK}\nNow: {INTRO}"                      # before the first step: no "Start:" line
+    assert state_to_messages(play(SCRIPT)[3]) == state_to_messages(play(SCRIPT)[3], fmt="alfworld")  # the default
+    cfg = PromptConfig(format="plain", system_prompt="You are a scientist.", history_turns=1)
+    cfg.save(tmp_path)
+    assert PromptConfig.load(tmp_path) == cfg
+    with pytest.raises(UserError, match="prompt format 'xml'"):
+        PromptConfig(format="xml")
+    with pytest.raises(ValueError, match="prompt format 'xml'"):
+        state_to_messages(state, fmt="xml")

@@ -13,7 +13,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from agentprm.agent.format import DEFAULT_HISTORY_TURNS, state_to_messages, steered_messages
+from agentprm.agent.format import (DEFAULT_HISTORY_TURNS, FORMATS, SYSTEM_PROMPT, state_to_messages,
+                                   steered_messages)
 from agentprm.agent.state import AgentState
 from agentprm.errors import UserError
 from agentprm.io import read_text, write_json
@@ -25,6 +26,13 @@ CONFIG_FILE = "agentprm.json"
 class PromptConfig:
     show_admissible: bool = False            # list the admissible commands in the prompt
     history_turns: int = DEFAULT_HISTORY_TURNS  # earlier (action, observation) turns shown besides the current one
+    format: str = "alfworld"                 # alfworld: + the memory parsed from ALFWorld's text; plain: task and
+                                             # turns only, for other environments (agent/format.py)
+    system_prompt: str = SYSTEM_PROMPT
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise UserError(f"prompt format {self.format!r}: expected one of {', '.join(FORMATS)}")
 
     def save(self, folder: str | Path, **extra) -> None:
         write_json(Path(folder) / CONFIG_FILE, {"prompt": asdict(self), **extra})
@@ -72,9 +80,11 @@ def check_policy_folder(folder: Path) -> None:
 def prompt_ids(tokenizer, state: AgentState, cfg: PromptConfig, steered: bool = False) -> list[int]:
     """`steered` selects the steered-exploration variant of the prompt (format.steered_messages)."""
     if steered:
-        messages = steered_messages(state, history_turns=cfg.history_turns)
+        messages = steered_messages(state, history_turns=cfg.history_turns, fmt=cfg.format,
+                                    system_prompt=cfg.system_prompt)
     else:
-        messages = state_to_messages(state, show_admissible=cfg.show_admissible, history_turns=cfg.history_turns)
+        messages = state_to_messages(state, show_admissible=cfg.show_admissible, history_turns=cfg.history_turns,
+                                     fmt=cfg.format, system_prompt=cfg.system_prompt)
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                               return_dict=True)["input_ids"])
 

@@ -42,36 +42,47 @@ TEMPLATE_TEXT = (SYSTEM_PROMPT, _START_OBSERVATION, REASON_MARK, ACTION_MARK,
                  "hot cool clean closed")
 
 
-def state_to_messages(state: AgentState, *, show_admissible: bool = False,
-                      history_turns: int = DEFAULT_HISTORY_TURNS) -> list[dict[str, str]]:
+FORMATS = ("alfworld", "plain")   # PromptConfig.format: what the user message holds besides the task and turns
+
+
+def state_to_messages(state: AgentState, *, show_admissible: bool = False, history_turns: int = DEFAULT_HISTORY_TURNS,
+                      fmt: str = "alfworld", system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
     """System + user chat messages for `state`. `history_turns` earlier (action, observation) turns are shown
-    besides the current one (at most RECENT_TURNS - 1 are kept)."""
-    start = _START_OBSERVATION if state.room else state.observation  # the welcome text repeats task and room
+    besides the current one (at most RECENT_TURNS - 1 are kept). `fmt` "alfworld" adds the memory parsed from
+    ALFWorld's text (Holding, Found, Room, Location); "plain" shows the task, the first observation ("Start:", once
+    the episode has moved on) and the turns, for an environment whose text the ALFWorld parser does not read
+    (ScienceWorld, your own)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"prompt format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    # ALFWorld's welcome text repeats the task and the room, both shown above it; plain shows what the env said
+    start = _START_OBSERVATION if state.room and fmt == "alfworld" else state.observation
     *earlier, current = state.recent or [("", start)]
-    held = f"{state.holding} ({', '.join(state.held_state)})" if state.held_state else state.holding
-    found = ", ".join(f"{o} at {r} (here)" if r == state.location else f"{o} at {r}" for o, r in state.sightings())
+    memory = [f"Start: {state.first_observation}"] if state.recent else []   # plain: where the episode began
+    if fmt == "alfworld":
+        held = f"{state.holding} ({', '.join(state.held_state)})" if state.held_state else state.holding
+        found = ", ".join(f"{o} at {r} (here)" if r == state.location else f"{o} at {r}" for o, r in state.sightings())
+        memory = [f"Holding: {held or 'nothing'}", f"Found: {found or 'nothing'}", f"Room: {_room(state)}",
+                  f"Location: {state.location or 'none'}"]
     lines = [
         f"Task: {state.task}",
-        f"Holding: {held or 'nothing'}",
-        f"Found: {found or 'nothing'}",
-        f"Room: {_room(state)}",
-        f"Location: {state.location or 'none'}",
+        *memory,
         *(f"Before: {_turn(a, o)}" for a, o in (earlier[-history_turns:] if history_turns > 0 else [])),
         f"Now: {_turn(*current)}",
     ]
     if show_admissible:
         lines.append(f"Actions: {' | '.join(state.admissible)}")
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": "\n".join(lines)}]
 
 
-def steered_messages(state: AgentState, *, history_turns: int = DEFAULT_HISTORY_TURNS) -> list[dict[str, str]]:
+def steered_messages(state: AgentState, *, history_turns: int = DEFAULT_HISTORY_TURNS, fmt: str = "alfworld",
+                     system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
     """Steered-exploration variant of the prompt (arXiv 2502.10325 §5): "Actions:" lists only the admissible
     commands not tried in the remembered history (all of them when every one was tried), nudging the policy
     towards actions it has not taken. It says so with the template's own field, not a new instruction sentence:
     the word-level tokenizer's vocabulary is fixed by TEMPLATE_TEXT, and new words would change every model's ids."""
     tried = {action for action, _ in state.recent}
     untried = [a for a in state.admissible if a not in tried] or list(state.admissible)
-    system, user = state_to_messages(state, history_turns=history_turns)
+    system, user = state_to_messages(state, history_turns=history_turns, fmt=fmt, system_prompt=system_prompt)
     return [system, {**user, "content": f"{user['content']}\nActions: {' | '.join(untried)}"}]
 
 

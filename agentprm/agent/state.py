@@ -104,13 +104,17 @@ class AgentState:
     # every command sent so far, in order: what replays the env to this state (the oracle critic, rollout/oracle.py);
     # the key already encodes the history, so it is left out of equality and of the prompt
     commands: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # the observation after reset, which `recent` drops after the first step (ALFWorld's is summarised in `room`;
+    # the plain prompt format shows it as "Start:"); in the key already, so not compared either
+    first_observation: str = field(default="", repr=False, compare=False)
 
     @classmethod
     def start(cls, turn: Turn, task_id: str = "") -> AgentState:
         m = _ROOM_RE.search(turn.observation)
         return cls(task=turn.task, task_id=task_id, room=parse_items(m.group(1)) if m else (), memory=(),
                    location=None, holding=None, held_state=(), recent=(), observation=turn.observation,
-                   admissible=turn.admissible, steps=0, _key=_chain(task_id, turn.task, turn.observation))
+                   admissible=turn.admissible, steps=0, _key=_chain(task_id, turn.task, turn.observation),
+                   first_observation=turn.observation)
 
     def advance(self, action: str, turn: Turn) -> AgentState:
         obs = turn.observation

@@ -3,6 +3,7 @@ The training flags are the loop's `policy0.sft` section (policy/sft.py `SFTConfi
 from __future__ import annotations
 
 from agentprm.agent.encoding import PromptConfig
+from agentprm.agent.format import FORMATS
 from agentprm.commands.common import (add_checkpoint_flags, add_common, add_config_flags, add_device_flags,
                                       add_tracking_flags, config_from_args, write_summary)
 from agentprm.errors import require
@@ -20,6 +21,11 @@ def register(sub) -> None:
     p.add_argument("--history-turns", type=int, default=PromptConfig.history_turns,
                    help=f"earlier turns shown in the prompt (default {PromptConfig.history_turns})")
     p.add_argument("--show-admissible", action="store_true", help="list the admissible commands in the prompt")
+    p.add_argument("--prompt-format", choices=FORMATS, default=PromptConfig.format,
+                   help="alfworld: the task, ALFWorld's parsed memory and the turns; plain: the task and the turns "
+                        "(other environments)")
+    p.add_argument("--system-prompt", default=PromptConfig.system_prompt, metavar="TEXT",
+                   help=f"the system message (default {PromptConfig.system_prompt!r})")
     add_device_flags(p)
     add_tracking_flags(p)
     add_checkpoint_flags(p)
@@ -33,8 +39,9 @@ def run(args) -> int:
     require(args.epochs > 0 or args.steps >= 1, f"--steps must be at least 1 with --epochs 0 (got {args.steps})")
     from agentprm.policy.sft import train_sft
 
-    cfg = config_from_args(SFTConfig, args, prompt=PromptConfig(show_admissible=args.show_admissible,
-                                                                history_turns=args.history_turns))
+    cfg = config_from_args(SFTConfig, args, prompt=PromptConfig(
+        show_admissible=args.show_admissible, history_turns=args.history_turns, format=args.prompt_format,
+        system_prompt=args.system_prompt))
     metrics = train_sft(args.demos, args.out, cfg, seed=args.seed)
     print(f"trained {metrics['steps']} steps on {metrics['examples']} examples in {metrics['train_seconds']:.0f} s, "
           f"final loss {metrics['final_loss']:.3f}; wrote {args.out}")
