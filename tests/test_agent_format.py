@@ -247,5 +247,9 @@ def test_plain_format_shows_the_task_and_turns_only_and_is_saved_with_the_model(
     assert PromptConfig.load(tmp_path) == cfg
     with pytest.raises(UserError, match="prompt format 'xml'"):
         PromptConfig(format="xml")
+    for field, bad in (("format", "xml"), ("system_prompt", 5)):   # a hand-edited agentprm.json names itself
+        (tmp_path / "agentprm.json").write_text(json.dumps({"prompt": {field: bad}}))
+        with pytest.raises(UserError, match=r"agentprm.json: bad field 'prompt' \(prompt "):
+            PromptConfig.load(tmp_path)
     with pytest.raises(ValueError, match="prompt format 'xml'"):
         state_to_messages(state, fmt="xml")

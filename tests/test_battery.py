@@ -275,7 +275,7 @@ CONFIGS = {
     "not utf-8": b"seed: \xff\n", "null section": "tasks: null\n", "NaN": "targets: {gamma: .nan}\n",
     "inf lr": "policy: {lr: .inf}\n", "huge seed": "seed: 100000000000000000000000000\n",
     "merge key": "base: &b {train: 2}\ntasks: {<<: *b}\n", "unknown loss": "prm: {loss: hinge}\n",
-    "list for mapping": "eval: [1, 2]\n",
+    "list for mapping": "eval: [1, 2]\n", "unknown prompt format": "policy0: {sft: {prompt: {format: xml}}}\n",
 }
 
 

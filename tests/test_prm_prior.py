@@ -77,6 +77,11 @@ def test_prior_is_frozen_outside_the_state_dict_and_round_trips(policy_dir, stat
     assert (tmp_path / "prm" / "prior" / "config.json").is_file()
     loaded = ProcessRewardModel.load(tmp_path / "prm")
     assert loaded.prior.weight == 0.5 and torch.equal(loaded.score(states, replies), before)
+    meta = tmp_path / "prm" / "agentprm.json"
+    for bad in ("0.5", -1.0, True):   # a hand-edited agentprm.json: one line naming the file and field
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "prior_weight": bad}))
+        with pytest.raises(UserError, match=r"agentprm.json: field 'prior_weight' must be a number >= 0"):
+            ProcessRewardModel.load(tmp_path / "prm")
     plain = ProcessRewardModel.init(policy_dir, seed=1)
     plain.save(tmp_path / "plain")
     assert ProcessRewardModel.load(tmp_path / "plain").prior is None

@@ -33,6 +33,8 @@ class PromptConfig:
     def __post_init__(self):
         if self.format not in FORMATS:
             raise UserError(f"prompt format {self.format!r}: expected one of {', '.join(FORMATS)}")
+        if not isinstance(self.system_prompt, str):
+            raise UserError(f"prompt system_prompt must be a string, got {self.system_prompt!r}")
 
     def save(self, folder: str | Path, **extra) -> None:
         write_json(Path(folder) / CONFIG_FILE, {"prompt": asdict(self), **extra})
@@ -48,7 +50,7 @@ class PromptConfig:
             if not isinstance(prompt, dict):
                 raise TypeError(f"a mapping is needed, got {type(prompt).__name__}")
             return cls(**prompt)
-        except TypeError as e:
+        except (TypeError, UserError) as e:
             raise UserError(f"{path}: bad field 'prompt' ({e})") from None
 
 

@@ -57,12 +57,13 @@ def state_to_messages(state: AgentState, *, show_admissible: bool = False, histo
     # ALFWorld's welcome text repeats the task and the room, both shown above it; plain shows what the env said
     start = _START_OBSERVATION if state.room and fmt == "alfworld" else state.observation
     *earlier, current = state.recent or [("", start)]
-    memory = [f"Start: {state.first_observation}"] if state.recent else []   # plain: where the episode began
     if fmt == "alfworld":
         held = f"{state.holding} ({', '.join(state.held_state)})" if state.held_state else state.holding
         found = ", ".join(f"{o} at {r} (here)" if r == state.location else f"{o} at {r}" for o, r in state.sightings())
         memory = [f"Holding: {held or 'nothing'}", f"Found: {found or 'nothing'}", f"Room: {_room(state)}",
                   f"Location: {state.location or 'none'}"]
+    else:   # plain: where the episode began, once it has moved on
+        memory = [f"Start: {state.first_observation}"] if state.recent else []
     lines = [
         f"Task: {state.task}",
         *memory,

@@ -139,7 +139,10 @@ def _build(cls, data: Any, where: str, source: str):
             kwargs[key] = _build(type(default), value, path, source)
         else:
             kwargs[key] = _checked(value, default, path, source)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except UserError as e:   # a section's own check of its values (e.g. PromptConfig's format): say where
+        raise UserError(f"{source}: field '{where or 'top level'}': {e}") from None
 
 
 def _checked(value: Any, default: Any, path: str, source: str) -> Any:

@@ -88,12 +88,14 @@ class ProcessRewardModel(nn.Module):
         if not folder.is_dir():
             raise UserError(f"{folder}: no such PRM folder")
         meta = folder / CONFIG_FILE
-        kind = read_json_object(meta).get("kind") if meta.is_file() else None
-        if kind != KIND:
-            raise UserError(f"{folder}: not a PRM folder ({CONFIG_FILE} kind is {kind!r}, expected {KIND!r})")
+        info = read_json_object(meta) if meta.is_file() else {}
+        if info.get("kind") != KIND:
+            raise UserError(f"{folder}: not a PRM folder ({CONFIG_FILE} kind is {info.get('kind')!r}, expected {KIND!r})")
+        weight = info.get("prior_weight", 0.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+            raise UserError(f"{meta}: field 'prior_weight' must be a number >= 0, got {weight!r}")
         tokenizer = load_tokenizer(folder)
         prm = cls(_load_classifier(folder, pad_token_id=tokenizer.pad_token_id), tokenizer, PromptConfig.load(folder))
-        weight = read_json_object(meta).get("prior_weight") or 0.0
         if weight:
             prm.prior = Prior(_frozen(load_causal_lm(folder / PRIOR_DIR)), float(weight))
         return prm

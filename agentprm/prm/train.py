@@ -115,6 +115,7 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     replies = [reply_ids(prm.tokenizer, a) for a in actions]
     seqs = [prompts[k] + r for k, r in zip(keys, replies)]
     offsets = prm.prior_offsets([prompts[k] for k in keys], replies, data.eval_batch_size)   # zeros without a prior
+    off = offsets.tolist()
 
     held = split_by_task(tasks, data.heldout_frac, cfg.seed)
     halves = {name: np.flatnonzero(mask) for name, mask in (("train", ~held), ("heldout", held))}
@@ -127,10 +128,9 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         examples = pqm_trajectories(episodes, q_of, prm.tokenizer, prm.prompt)
     elif prm_loss.pairwise:
         pairs = pair_indices([keys[i] for i in train_rows], [q[i] for i in train_rows], data.delta)
-        examples = [(seqs[c], seqs[r], float(offsets[c]), float(offsets[r]))
-                    for c, r in ((train_rows[i], train_rows[j]) for i, j in pairs)]
+        examples = [(seqs[train_rows[i]], seqs[train_rows[j]], off[train_rows[i]], off[train_rows[j]]) for i, j in pairs]
     else:
-        examples = [(seqs[i], q[i], float(offsets[i])) for i in train_rows]
+        examples = [(seqs[i], q[i], off[i]) for i in train_rows]
     if not examples and prm_loss.kind == "trajectory":
         raise UserError(f"{targets_path}: no episode of the train tasks has every step in these targets (loss "
                         f"{loss!r} needs MC targets of the rollouts' episodes)")
