@@ -8,7 +8,7 @@ train/dev/test variations, simulated in Scala on a Java VM by the `scienceworld`
 A task is one variation of one task type: its `game` is "<task name>/<variation>/<simplifications>" (e.g.
 "boil/3/easy"), so a task file names it without a path. A `Turn` has the task description as `task`, the env's
 text as `observation` (a room description after reset), and the valid commands of the state (`info["valid"]`,
-400–1,600 of them) as `admissible`. ScienceWorld scores partial progress 0–100: `reward` is the step's change of
+hundreds of them) as `admissible`. ScienceWorld scores partial progress 0–100: `reward` is the step's change of
 score / 100, `won` is a score of 100; an episode ends when the env says it is completed (won, or failed: the score
 drops below 0) or after `max_steps` (`info["truncated"]`). An unknown command is answered ("No known action
 matches that input."), never raised.
@@ -19,8 +19,9 @@ while every command so far followed it — what `ExpertAgent` plays to make demo
 **Replay**: the simulator is deterministic for a (task, variation, simplifications) and a command sequence (tested),
 so branching, beam search and the oracle can restore a state by replaying its commands.
 
-**Cost**: one Java VM per env slot (~230 MB, ~1.5 s to start), kept by the worker process and reused by the next
-episode of that slot; a reset (load + reset) ~0.5 s; a step 0.1–0.2 s, most of it computing the valid commands.
+**Cost** (`python bench/scienceworld_env.py --num 6 --seed 0`, gold paths of 6 train tasks, 2 quiet cores): a Java
+VM per env slot (~230 MB; 1.3 s to start), kept by the worker process and reused by the slot's next episode; a reset
+(load + reset) median 0.6 s; a step median 0.04 s; 97–1,102 valid commands per state (median 260).
 """
 from __future__ import annotations
 
