@@ -75,6 +75,9 @@ VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers s
     "bradley-terry-prior": Variant("bradley-terry", epochs=8.0, prior=1.0),
     "cont-bradley-terry": Variant("bradley-terry", epochs=8.0, data="continuation"),
     "cont-bradley-terry-prior": Variant("bradley-terry", epochs=8.0, data="continuation", prior=1.0),
+    # listwise: each train state's four labelled commands in one Plackett-Luce term set, one packed row
+    "cont-plackett-luce": Variant("plackett-luce", epochs=8.0, data="continuation"),
+    "cont-plackett-luce-prior": Variant("plackett-luce", epochs=8.0, data="continuation", prior=1.0),
 }
 
 

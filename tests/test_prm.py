@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from agentprm.agent.encoding import PromptConfig
+from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
 from agentprm.agent.replay import episode_states
 from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.cli import main
@@ -18,7 +18,7 @@ from agentprm.models import build_model
 from agentprm.prm import (PRM_LOSSES, PrmDataConfig, ProcessRewardModel, get_prm_loss, register_prm_loss,
                           split_by_task, train_prm)
 from agentprm.data.tables import write_with_info
-from agentprm.prm.losses import bradley_terry, soft_bce
+from agentprm.prm.losses import bradley_terry, plackett_luce, soft_bce
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
 from agentprm.targets.mc import targets_from_rollouts
 from agentprm.train.config import TrainConfig
@@ -69,6 +69,38 @@ def test_bradley_terry_matches_hand_computation():
     assert bradley_terry(chosen, rejected).item() == pytest.approx(expected, rel=1e-6)
 
 
+def test_plackett_luce_matches_hand_computation():
+    f, q = torch.tensor([2.0, 1.0, 0.0, -1.0]), torch.tensor([1.0, 0.5, 0.5, 0.0])
+    lse = lambda *xs: math.log(sum(math.exp(x) for x in xs))  # noqa: E731
+    # reply 0 beats 1, 2, 3; replies 1 and 2 (tied: never asked to beat each other) beat 3; reply 3 beats nothing
+    want = [lse(2, 1, 0, -1) - 2, lse(1, -1) - 1, lse(0, -1) - 0]
+    assert plackett_luce(f, q).tolist() == pytest.approx(want, rel=1e-6)
+    assert plackett_luce(f, q, delta=0.6).tolist() == pytest.approx([lse(2, -1) - 2], rel=1e-6)  # only 1.0 vs 0.0
+    assert plackett_luce(f, torch.full((4,), 0.5)).numel() == 0     # a state of ties has nothing to learn
+    two = plackett_luce(torch.tensor([0.3, 1.2]), torch.tensor([0.9, 0.1]))   # two replies: Bradley-Terry
+    assert two.item() == pytest.approx(bradley_terry(torch.tensor([0.3]), torch.tensor([1.2])).item(), rel=1e-6)
+
+
+def test_packed_logits_equal_one_sequence_per_reply_with_gradients(states_and_replies):
+    states = states_and_replies[0][:2]    # the start and the drawer
+    prm = ProcessRewardModel.init("tiny", seed=0)
+    torch.nn.init.normal_(prm.lm.score.weight, std=1.0, generator=torch.Generator().manual_seed(0))
+    prompts = [prompt_ids(prm.tokenizer, s, prm.prompt) for s in states]
+    replies = [[reply_ids(prm.tokenizer, r) for r in ("take apple 1", "look", "go to cabinet 1 and look")],
+               [reply_ids(prm.tokenizer, "inventory")]]
+    packed = torch.cat(prm.logits_packed(prompts, replies))
+    plain = prm.logits_of([p + r for p, rs in zip(prompts, replies) for r in rs])
+    assert packed.shape == (4,) and packed.std() > 0.1
+    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=0)
+    weights = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    grad = lambda logits: torch.autograd.grad((logits * weights).sum(), prm.lm.model.embed_tokens.weight)[0]  # noqa: E731
+    torch.testing.assert_close(grad(packed), grad(plain), atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="2 prompts but 1 reply lists"):
+        prm.logits_packed(prompts, replies[:1])
+    scored = prm.score_packed(prompts, replies, batch_size=1)
+    torch.testing.assert_close(torch.cat(scored), plain.detach(), atol=1e-5, rtol=0)
+
+
 def test_loss_registry():
     assert get_prm_loss("soft-bce").fn is soft_bce and not get_prm_loss("soft-bce").pairwise
     assert get_prm_loss("bradley-terry").pairwise
@@ -84,7 +116,7 @@ def test_loss_registry():
     finally:
         del PRM_LOSSES["test-mse"]
     with pytest.raises(ValueError, match="kind must be one of"):
-        register_prm_loss("test-odd", kind="listwise")
+        register_prm_loss("test-odd", kind="setwise")
 
 
 def test_train_prm_with_the_pqm_loss_ranks_the_winning_step_above_the_losing_one(targets_file, tmp_path,
@@ -211,6 +243,16 @@ def test_bad_targets_give_one_line_errors(targets_file, tmp_path, capsys):
     with pytest.raises(UserError, match="has another history"):
         train_prm(other, "tiny", "soft-bce", tmp_path / "prm")
     assert not (tmp_path / "prm").exists()
+
+
+def test_plackett_luce_training_orders_each_state_s_replies(targets_file, tmp_path):
+    cfg = TrainConfig(lr=3e-3, epochs=10, batch_size=3, seed=0, log_every=1)
+    metrics = train_prm(targets_file, "tiny", "plackett-luce", tmp_path / "prm", cfg)
+    assert metrics["examples"] == 3        # one per train state with replies the targets tell apart (3 train tasks)
+    assert metrics["final"]["train"]["pairwise_accuracy"] == 1.0 and metrics["final"]["heldout"]["pairs"] == 1
+    assert metrics["history"][0]["pair_acc"] < 1.0 and metrics["history"][-1]["pair_acc"] == 1.0
+    with pytest.raises(UserError, match="no states for loss 'plackett-luce'"):
+        train_prm(targets_file, "tiny", "plackett-luce", tmp_path / "prm2", cfg, data=PrmDataConfig(delta=0.9))
 
 
 def test_bradley_terry_without_pairs_is_a_user_error(targets_file, tmp_path):

@@ -89,16 +89,26 @@ def test_prior_is_frozen_outside_the_state_dict_and_round_trips(policy_dir, stat
 
 
 def test_offsets_enter_both_loss_kinds_by_hand():
-    class Fixed:   # logits_of returns the first token of each sequence as its logit
+    class Fixed:   # a sequence's (a reply's) logit is its first token
         def logits_of(self, seqs):
             return torch.tensor([float(s[0]) for s in seqs], requires_grad=True)
 
-    loss, stats = make_loss_fn(get_prm_loss("bradley-terry"))(Fixed(), [([1], [3], 0.5, -4.0), ([2], [2], 0.0, 1.0)])
+        def logits_packed(self, prompts, replies):
+            return [self.logits_of(rs) for rs in replies]
+
+    loss, stats = make_loss_fn(get_prm_loss("bradley-terry"))(Fixed(), [([9], [1], [3], 0.5, -4.0),
+                                                                         ([9], [2], [2], 0.0, 1.0)])
     want = (math.log1p(math.exp(-(1 + 0.5 - 3 + 4.0))) + math.log1p(math.exp(-(2 - 2 - 1.0)))) / 2
     assert loss.item() == pytest.approx(want) and stats["pair_acc"] == 0.5
     loss, _ = make_loss_fn(get_prm_loss("soft-bce"))(Fixed(), [([0], 1.0, 2.0), ([1], 0.0, -3.0)])
     sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
     assert loss.item() == pytest.approx(-(math.log(sig(2.0)) + math.log(1 - sig(-2.0))) / 2)
+    # listwise: logits 1 + 0.5, 3 − 4.0, 2 + 1.0 with Q̂ 0.9, 0.1, 0.5 — reply 0 beats 1 and 2, reply 2 beats 1
+    loss, stats = make_loss_fn(get_prm_loss("plackett-luce"))(Fixed(), [([9], ([1], [3], [2]), (0.9, 0.1, 0.5),
+                                                                          (0.5, -4.0, 1.0))])
+    lse = lambda *xs: math.log(sum(math.exp(x) for x in xs))  # noqa: E731
+    assert loss.item() == pytest.approx((lse(1.5, -1.0, 3.0) - 1.5 + lse(3.0, -1.0) - 3.0) / 2)
+    assert stats["pair_acc"] == pytest.approx(2 / 3)    # 1.5 > −1, 3 > −1 right; 1.5 > 3 wrong
 
 
 def test_train_prm_with_a_prior_keeps_it_frozen_and_scores_head_plus_prior(policy_dir, targets_file, tmp_path):  # noqa: F811
@@ -123,7 +133,7 @@ def test_train_prm_with_a_prior_keeps_it_frozen_and_scores_head_plus_prior(polic
 def test_a_prior_needs_a_policy_init_and_a_per_row_loss(targets_file, policy_dir, tmp_path):  # noqa: F811
     with pytest.raises(UserError, match="not a policy folder"):
         train_prm(targets_file, "tiny", "soft-bce", tmp_path / "a", TrainConfig(epochs=1), prior_weight=1.0)
-    with pytest.raises(UserError, match="needs a pointwise or pairwise loss"):
+    with pytest.raises(UserError, match="needs a pointwise, pairwise or listwise loss"):
         train_prm(targets_file, policy_dir, "pqm", tmp_path / "b", TrainConfig(epochs=1), prior_weight=1.0)
     other = tmp_path / "other-tokenizer"
     tok = build_tokenizer()

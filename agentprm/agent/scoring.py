@@ -150,35 +150,51 @@ def _score_shared(model, prompt: Sequence[int], cands: Sequence[Sequence[int]], 
     return scores
 
 
-def _pack(prompt: Sequence[int], cands: Sequence[Sequence[int]]):
-    """(ids, segment, position, predictions): segment 0 = prompt, k = candidate k; predictions[k] lists
-    (position whose logits predict the token, token) for candidate k's tokens."""
-    ids, seg, pos = list(prompt), [0] * len(prompt), list(range(len(prompt)))
-    predictions = []
-    for k, c in enumerate(cands, 1):
-        start = len(ids)
-        ids += c[:-1]
-        seg += [k] * (len(c) - 1)
-        pos += range(len(prompt), len(prompt) + len(c) - 1)
-        predictions.append([(len(prompt) - 1, c[0])] + [(start + j - 1, c[j]) for j in range(1, len(c))])
-    return ids, seg, pos, predictions
+def pack_row(prompt: Sequence[int], pieces: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """One packed row: the prompt, then every piece after it. Returns (ids, segment, position, starts): segment 0 =
+    the prompt, k = piece k; a piece's positions continue from the prompt's end, as if it followed the prompt alone;
+    starts[k - 1] = where piece k begins in the row. `packed_hidden` runs such rows behind the mask that keeps each
+    piece to the prompt and its own earlier tokens."""
+    ids, seg, pos, starts = list(prompt), [0] * len(prompt), list(range(len(prompt))), []
+    for k, piece in enumerate(pieces, 1):
+        starts.append(len(ids))
+        ids += piece
+        seg += [k] * len(piece)
+        pos += range(len(prompt), len(prompt) + len(piece))
+    return ids, seg, pos, starts
 
 
-def _score_rows(model, rows, pad_id: int) -> list[torch.Tensor]:
-    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+def packed_hidden(decoder, rows: Sequence[tuple[list[int], list[int], list[int], list[int]]], pad_id: int) -> torch.Tensor:
+    """Last hidden states (B, width, hidden) of `pack_row` rows, right-padded, through `decoder` (a Hugging Face
+    backbone that takes a 4-D float mask: eager or sdpa attention)."""
+    device, dtype = next(decoder.parameters()).device, next(decoder.parameters()).dtype
     width = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     seg = torch.full((len(rows), width), -1, dtype=torch.long)   # -1: padding
     pos = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (r_ids, r_seg, r_pos, _) in enumerate(rows):
         ids[i, :len(r_ids)], seg[i, :len(r_ids)], pos[i, :len(r_ids)] = (
-            torch.tensor(r_ids), torch.tensor(r_seg), torch.tensor(r_pos))
+            torch.tensor(r_ids, dtype=torch.long), torch.tensor(r_seg), torch.tensor(r_pos))
     query, key = seg[:, :, None], seg[:, None, :]
     allowed = torch.ones(width, width, dtype=torch.bool).tril() & (key >= 0) & ((key == 0) | (key == query))
     allowed |= torch.eye(width, dtype=torch.bool)  # a padding position attends to itself: no all-masked row
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
-    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                 position_ids=pos.to(device)).last_hidden_state
+    return decoder(input_ids=ids.to(device), attention_mask=mask.to(device),
+                   position_ids=pos.to(device)).last_hidden_state
+
+
+def _pack(prompt: Sequence[int], cands: Sequence[Sequence[int]]):
+    """A candidate-scoring row: the prompt, then every candidate's tokens but the last (`pack_row`), with
+    predictions[k] listing (position whose logits predict the token, token) for candidate k's tokens."""
+    ids, seg, pos, starts = pack_row(prompt, [c[:-1] for c in cands])
+    predictions = [[(len(prompt) - 1, c[0])] + [(start + j - 1, c[j]) for j in range(1, len(c))]
+                   for start, c in zip(starts, cands)]
+    return ids, seg, pos, predictions
+
+
+def _score_rows(model, rows, pad_id: int) -> list[torch.Tensor]:
+    device = next(model.parameters()).device
+    hidden = packed_hidden(model.get_decoder(), rows, pad_id)
     owner, at, token, sizes = [], [], [], []
     for i, (*_, predictions) in enumerate(rows):
         for cand in predictions:

@@ -3,6 +3,9 @@
     pointwise   fn(logits (B,), q (B,)) -> loss          one (state, reply) sequence with its soft label Q̂
     pairwise    fn(chosen (B,), rejected (B,)) -> loss   two replies at one state, the first with the higher Q̂
     trajectory  fn(step_logits (T,), first_error) -> loss   one episode's steps, those from `first_error` on wrong
+    listwise    fn(logits (K,), q (K,), delta) -> terms (T,)  every reply of one state (packed in one row), a loss
+                                                         term per reply that beats another by more than delta;
+                                                         the batch's loss is the mean of its states' terms
 
 `agentprm.prm.train` builds the matching examples from a Q-targets file and plugs the loss into the shared
 training core; `train-prm --loss NAME` and the loop's `prm.loss` accept every registered name:
@@ -22,7 +25,7 @@ from agentprm.prm.pqm import pqm_loss
 from agentprm.registry import Registry
 
 
-KINDS = ("pointwise", "pairwise", "trajectory")
+KINDS = ("pointwise", "pairwise", "trajectory", "listwise")
 
 
 @dataclass(frozen=True)
@@ -67,3 +70,18 @@ def bradley_terry(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
 
 
 register_prm_loss("pqm", kind="trajectory")(pqm_loss)   # PQM's comparative ranking loss (prm/pqm.py), ζ = 4
+
+
+@register_prm_loss("plackett-luce", kind="listwise")
+def plackett_luce(logits: torch.Tensor, q: torch.Tensor, delta: float = 0.0) -> torch.Tensor:
+    """One term per reply i that beats some reply of its state: logsumexp_{j ∈ {i} ∪ B(i)} f_j − f_i, with
+    B(i) = {j : Q̂_j < Q̂_i − delta} — "i is chosen out of itself and everything it beats". Without ties these are
+    exactly the Plackett-Luce factors of the state's order by Q̂ (the likelihood of the whole ranking, not of its
+    pairs one by one); tied replies are never asked to beat each other. With two replies it is Bradley-Terry."""
+    beats = q[None, :] < q[:, None] - delta           # beats[i, j]: Q̂_i > Q̂_j + delta
+    rows = beats.any(1)
+    if not rows.any():
+        return logits.new_zeros(0)
+    pool = (beats | torch.eye(len(q), dtype=torch.bool, device=q.device))[rows]
+    masked = logits[None, :].expand(len(pool), -1).masked_fill(~pool, float("-inf"))
+    return torch.logsumexp(masked, -1) - logits[rows]

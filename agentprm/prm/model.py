@@ -33,7 +33,7 @@ from transformers import AutoModelForSequenceClassification, LlamaForSequenceCla
 from transformers.utils import logging as hf_logging
 
 from agentprm.agent.encoding import CONFIG_FILE, PromptConfig, prompt_ids, read_json_object, reply_ids
-from agentprm.agent.scoring import reply_logprobs, right_pad
+from agentprm.agent.scoring import pack_row, packed_hidden, right_pad, score_candidates
 from agentprm.agent.state import AgentState
 from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.errors import UserError
@@ -115,13 +115,22 @@ class ProcessRewardModel(nn.Module):
     @torch.no_grad()
     def prior_offsets(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
                       batch_size: int = 32) -> torch.Tensor:
-        """w · log π_ref(reply | prompt) per row (zeros without a prior), float32 on the CPU."""
+        """w · log π_ref(reply | prompt) per row (zeros without a prior), float32 on the CPU; rows with the same
+        prompt are scored in one packed row (agent/scoring.py `score_candidates`)."""
         if self.prior is None:
             return torch.zeros(len(replies))
-        p = self.prior
-        return torch.cat([reply_logprobs(p.policy, prompts[i:i + batch_size], replies[i:i + batch_size],
-                                         self.tokenizer.pad_token_id).float().cpu() * p.weight
-                          for i in range(0, len(replies), batch_size)] or [torch.zeros(0)])
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            groups.setdefault(tuple(prompt), []).append(i)
+        members = list(groups.values())
+        out = torch.zeros(len(replies))
+        for lo in range(0, len(members), batch_size):
+            part = members[lo:lo + batch_size]
+            found = score_candidates(self.prior.policy, [prompts[m[0]] for m in part],
+                                     [[replies[i] for i in m] for m in part], self.tokenizer.pad_token_id)
+            for m, logp in zip(part, found):
+                out[m] = logp.float().cpu() * self.prior.weight
+        return out
 
     def add_lora(self, cfg, seed: int = 0) -> None:
         """Train LoRA adapters on the backbone (models/lora.py) and the new scalar head in full, instead of every
@@ -163,30 +172,68 @@ class ProcessRewardModel(nn.Module):
         ids, mask = right_pad(seqs, self.tokenizer.pad_token_id)
         return self(ids.to(device), mask.to(device))
 
+    def logits_packed(self, prompts: Sequence[Sequence[int]],
+                      replies: Sequence[Sequence[Sequence[int]]]) -> list[torch.Tensor]:
+        """f(s, a) for every reply of every prompt (one tensor (n_replies,) per prompt), with gradients. A prompt and
+        all its replies go into one packed row (agent/scoring.py `pack_row`): each reply sees the prompt and its own
+        tokens, at the positions it would have after the prompt alone, and is pooled at its last token — the logits
+        `logits_of` gives each prompt ⊕ reply, for the prompt's tokens once instead of once per reply (pairs and a
+        state's candidates in training, a state's rows in evaluation)."""
+        if len(prompts) != len(replies):
+            raise ValueError(f"{len(prompts)} prompts but {len(replies)} reply lists")
+        lm = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+        rows = [pack_row(p, r) for p, r in zip(prompts, replies)]
+        hidden = packed_hidden(lm.base_model, rows, self.tokenizer.pad_token_id)
+        row, at = [], []
+        for i, ((*_, starts), tails) in enumerate(zip(rows, replies)):
+            for start, tail in zip(starts, tails):
+                row.append(i), at.append(start + len(tail) - 1)
+        index = torch.tensor(row, device=hidden.device), torch.tensor(at, device=hidden.device)
+        logits = lm.score(hidden[index]).squeeze(-1).float()
+        return list(torch.split(logits, [len(r) for r in replies]))
+
     @torch.no_grad()
-    def score_ids(self, seqs: Sequence[Sequence[int]], batch_size: int = 32,
-                  offsets: torch.Tensor | None = None) -> torch.Tensor:
-        """Q in [0, 1] for encoded sequences, in batches of `batch_size`; `offsets` (the prior's term, per row) are
-        added to the logits."""
+    def score_packed(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[Sequence[int]]],
+                     batch_size: int = 32) -> list[torch.Tensor]:
+        """Logits f(s, a) (no sigmoid, no prior) of `logits_packed`, without gradients, in forwards of up to
+        `batch_size` rows of similar length (rows sorted by length: a forward pays for its longest row). A prompt
+        with no replies gets an empty tensor."""
         was_training = self.training
         self.eval()
-        out = [self.logits_of(seqs[i:i + batch_size]).cpu() for i in range(0, len(seqs), batch_size)]
+        out: list[torch.Tensor | None] = [None] * len(prompts)
+        for alone in (True, False):   # a prompt with one reply runs as a plain padded row: its 2-D mask is cheaper
+            order = sorted((i for i in range(len(prompts)) if (len(replies[i]) == 1) == alone),
+                           key=lambda i: len(prompts[i]) + sum(map(len, replies[i])))
+            for lo in range(0, len(order), batch_size):
+                part = order[lo:lo + batch_size]
+                if alone:
+                    found = self.logits_of([list(prompts[i]) + list(replies[i][0]) for i in part])[:, None]
+                else:
+                    found = self.logits_packed([prompts[i] for i in part], [replies[i] for i in part])
+                for i, logits in zip(part, found):
+                    out[i] = logits.cpu()
         self.train(was_training)
-        logits = torch.cat(out) if out else torch.empty(0)
-        return torch.sigmoid(logits if offsets is None else logits + offsets)
+        return out
 
     def score(self, states: Sequence[AgentState], replies: Sequence[str], batch_size: int = 32) -> torch.Tensor:
-        """Q_φ(s, a) in [0, 1] for every (state, reply); states shared by several replies are encoded once."""
+        """Q_φ(s, a) in [0, 1] for every (state, reply); the replies of one state share one packed row
+        (`logits_packed`: Best-of-N's N candidates cost one prompt)."""
         if len(states) != len(replies):
             raise ValueError(f"{len(states)} states but {len(replies)} replies")
-        prompts: dict[str, list[int]] = {}
-        for state in states:
-            if state.key() not in prompts:
-                prompts[state.key()] = prompt_ids(self.tokenizer, state, self.prompt)
-        heads = [prompts[s.key()] for s in states]
-        tails = [reply_ids(self.tokenizer, reply) for reply in replies]
-        offsets = self.prior_offsets(heads, tails, batch_size) if self.prior else None
-        return self.score_ids([h + t for h, t in zip(heads, tails)], batch_size, offsets)
+        groups: dict[str, list[int]] = {}
+        for i, state in enumerate(states):
+            groups.setdefault(state.key(), []).append(i)
+        members = list(groups.values())
+        heads = [prompt_ids(self.tokenizer, states[m[0]], self.prompt) for m in members]
+        tails = [[reply_ids(self.tokenizer, replies[i]) for i in m] for m in members]
+        logits = torch.zeros(len(replies))
+        for m, found in zip(members, self.score_packed(heads, tails, batch_size)):
+            logits[m] = found
+        if self.prior is not None:
+            rows = [i for m in members for i in m]
+            logits[rows] += self.prior_offsets([heads[k] for k, m in enumerate(members) for _ in m],
+                                               [t for ts in tails for t in ts], batch_size)
+        return torch.sigmoid(logits)
 
 
 def _frozen(model: PreTrainedModel) -> PreTrainedModel:

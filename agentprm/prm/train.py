@@ -5,6 +5,11 @@
 States are rebuilt from the rollouts recorded in the targets file (each target's (episode_id, turn) reference) and
 checked against the target's state key. Tasks, not rows, are split into train and held-out, so no game's states
 leak across the split. Metrics (see `agentprm.prm.metrics`) are reported before and after training, on both halves.
+
+A state's prompt is tokenised once, and the replies that share a state share one packed row in the forward
+(`ProcessRewardModel.logits_packed`): a pair's two replies, a listwise state's candidates, and a state's rows when
+evaluating — the prompt, ~230 of a row's ~235 tokens in ALFWorld, is run once instead of once per reply
+(bench/prm_throughput.py).
 """
 from __future__ import annotations
 
@@ -45,26 +50,49 @@ def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np
     return np.array([t in held for t in task_ids], dtype=bool)
 
 
-def evaluate(prm: ProcessRewardModel, seqs: Sequence[Sequence[int]], q: Sequence[float], state_keys: Sequence[str],
-             delta: float, batch_size: int, offsets: torch.Tensor | None = None) -> dict[str, Any]:
-    pred = prm.score_ids(seqs, batch_size, offsets).tolist()
+def evaluate(prm: ProcessRewardModel, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+             q: Sequence[float], state_keys: Sequence[str], delta: float, batch_size: int,
+             offsets: torch.Tensor | None = None) -> dict[str, Any]:
+    """Metrics of Q_φ against the targets; rows of one state are scored in one packed row (`score_packed`)."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(state_keys):
+        groups.setdefault(key, []).append(i)
+    rows = list(groups.values())
+    logits = torch.zeros(len(q))
+    for members, found in zip(rows, prm.score_packed([prompts[m[0]] for m in rows],
+                                                     [[replies[i] for i in m] for m in rows], batch_size)):
+        logits[members] = found
+    pred = torch.sigmoid(logits if offsets is None else logits + offsets).tolist()
     accuracy, n_pairs = pairwise_accuracy(pred, q, state_keys, delta)
     return {"n": len(q), "bce": bce(pred, q), "spearman": spearman(pred, q), "pairwise_accuracy": accuracy,
             "pairs": n_pairs}
 
 
-def make_loss_fn(loss: PrmLoss) -> Callable:
-    """loss_fn(model, batch) for the training core. A batch holds (seq, q, offset) points or (chosen, rejected,
-    offset_chosen, offset_rejected) pairs; an offset (the prior's w · log π_ref, else 0) is added to the row's logit."""
+def make_loss_fn(loss: PrmLoss, delta: float = 0.0) -> Callable:
+    """loss_fn(model, batch) for the training core. A batch holds (seq, q, offset) points, (prompt, chosen, rejected,
+    offset_chosen, offset_rejected) pairs or (prompt, replies, qs, offsets) states; an offset (the prior's
+    w · log π_ref, else 0) is added to the row's logit. A pair's or a state's replies share one packed row."""
     if loss.kind == "trajectory":
         return PQMLoss(fn=loss.fn)
     if loss.pairwise:
         def pairwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
-            logits = model.logits_of([c for c, *_ in batch] + [r for _, r, *_ in batch])
-            logits = logits + _column(logits, [e[2] for e in batch] + [e[3] for e in batch])
-            chosen, rejected = logits[:len(batch)], logits[len(batch):]
+            logits = torch.stack(model.logits_packed([e[0] for e in batch], [(e[1], e[2]) for e in batch]))
+            logits = logits + torch.tensor([(e[3], e[4]) for e in batch], dtype=logits.dtype, device=logits.device)
+            chosen, rejected = logits[:, 0], logits[:, 1]
             return loss.fn(chosen, rejected), {"pair_acc": float((chosen > rejected).float().mean())}
         return pairwise
+    if loss.kind == "listwise":
+        def listwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
+            terms, right, pairs = [], 0, 0
+            for (_, _, qs, offs), logits in zip(batch, model.logits_packed([e[0] for e in batch],
+                                                                            [e[1] for e in batch])):
+                logits, qs = logits + _column(logits, list(offs)), _column(logits, list(qs))
+                terms.append(loss.fn(logits, qs, delta))
+                beats = qs[None, :] > qs[:, None] + delta   # [j, i]: i beats j
+                right += int((beats & (logits[None, :] > logits[:, None])).sum())
+                pairs += int(beats.sum())
+            return torch.cat(terms).mean(), {"pair_acc": right / max(1, pairs)}
+        return listwise
 
     def pointwise(model: ProcessRewardModel, batch: list) -> tuple[torch.Tensor, dict[str, float]]:
         logits = model.logits_of([s for s, *_ in batch])
@@ -75,6 +103,15 @@ def make_loss_fn(loss: PrmLoss) -> Callable:
 
 def _column(like: torch.Tensor, values: list[float]) -> torch.Tensor:
     return torch.tensor(values, dtype=like.dtype, device=like.device)
+
+
+LENGTHS: dict[str, Callable[[Any], int]] = {   # an example's tokens, for length-bucketed batches
+    "pointwise": lambda e: len(e[0]),
+    "pairwise": lambda e: len(e[0]) + len(e[1]),     # prompt ⊕ chosen: the length the pairs were bucketed by before
+                                                     # they were packed (the same batches as then)
+    "listwise": lambda e: len(e[0]) + sum(map(len, e[1])),
+    "trajectory": lambda e: sum(map(len, e.seqs)),
+}
 
 
 def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: str | Path,
@@ -97,8 +134,8 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
             raise UserError(f"lora: --init {init} is a preset trained from scratch, there is nothing to adapt (give "
                             "a model folder, or train every weight with --lora-r 0)")
     if prior_weight and prm_loss.kind == "trajectory":
-        raise UserError(f"prior_weight {prior_weight}: loss {loss!r} scores whole episodes; a prior needs a pointwise "
-                        "or pairwise loss")
+        raise UserError(f"prior_weight {prior_weight}: loss {loss!r} scores whole episodes; a prior needs a "
+                        "pointwise, pairwise or listwise loss")
     states = load_states(targets, data.rollouts)
     prm = ProcessRewardModel.init(init, seed=cfg.seed)
     if prior_weight:
@@ -113,7 +150,6 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     actions, q = targets.table["action"].to_pylist(), targets.table["q"].to_pylist()
     keys, tasks = targets.table["state_key"].to_pylist(), targets.table["task_id"].to_pylist()
     replies = [reply_ids(prm.tokenizer, a) for a in actions]
-    seqs = [prompts[k] + r for k, r in zip(keys, replies)]
     offsets = prm.prior_offsets([prompts[k] for k in keys], replies, data.eval_batch_size)   # zeros without a prior
     off = offsets.tolist()
 
@@ -128,26 +164,32 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         examples = pqm_trajectories(episodes, q_of, prm.tokenizer, prm.prompt)
     elif prm_loss.pairwise:
         pairs = pair_indices([keys[i] for i in train_rows], [q[i] for i in train_rows], data.delta)
-        examples = [(seqs[train_rows[i]], seqs[train_rows[j]], off[train_rows[i]], off[train_rows[j]]) for i, j in pairs]
+        examples = [(prompts[keys[i]], replies[i], replies[j], off[i], off[j])
+                    for i, j in ((train_rows[a], train_rows[b]) for a, b in pairs)]
+    elif prm_loss.kind == "listwise":   # every train state with two replies the targets tell apart
+        by_state: dict[str, list[int]] = {}
+        for i in train_rows:
+            by_state.setdefault(keys[i], []).append(int(i))
+        examples = [(prompts[k], tuple(replies[i] for i in m), tuple(q[i] for i in m), tuple(off[i] for i in m))
+                    for k, m in by_state.items() if max(q[i] for i in m) - min(q[i] for i in m) > data.delta]
     else:
-        examples = [(seqs[i], q[i], off[i]) for i in train_rows]
+        examples = [(prompts[keys[i]] + replies[i], q[i], off[i]) for i in train_rows]
     if not examples and prm_loss.kind == "trajectory":
         raise UserError(f"{targets_path}: no episode of the train tasks has every step in these targets (loss "
                         f"{loss!r} needs MC targets of the rollouts' episodes)")
     if not examples:  # only pairs can be missing: the split never holds out every task
-        raise UserError(f"{targets_path}: no pairs for loss {loss!r}: no two actions at a training state have "
+        raise UserError(f"{targets_path}: no {'states' if prm_loss.kind == 'listwise' else 'pairs'} for loss "
+                        f"{loss!r}: no two actions at a training state have "
                         f"Q-targets more than delta={data.delta} apart")
 
     def evaluate_all() -> dict[str, Any]:
-        return {name: evaluate(prm, [seqs[i] for i in rows], [q[i] for i in rows], [keys[i] for i in rows],
-                               data.delta, data.eval_batch_size, offsets[torch.as_tensor(rows)]) for name, rows in halves.items()
-                if len(rows)}
+        return {name: evaluate(prm, [prompts[keys[i]] for i in rows], [replies[i] for i in rows], [q[i] for i in rows],
+                               [keys[i] for i in rows], data.delta, data.eval_batch_size,
+                               offsets[torch.as_tensor(rows)]) for name, rows in halves.items() if len(rows)}
 
     initial = evaluate_all()
-    # length for batching: pairs — the chosen row (same state as the rejected one); trajectories — their tokens
-    length = (lambda e: sum(map(len, e.seqs))) if prm_loss.kind == "trajectory" else (lambda e: len(e[0]))
-    history = train(prm, examples, make_loss_fn(prm_loss), cfg, description=f"PRM {loss}", progress=progress,
-                    length=length)
+    history = train(prm, examples, make_loss_fn(prm_loss, data.delta), cfg, description=f"PRM {loss}",
+                    progress=progress, length=LENGTHS[prm_loss.kind])
     metrics = {"loss": loss, "init": str(init), "targets": str(targets_path), "rollouts": data.rollouts or
                targets.info.get("rollouts"), "gamma": targets.info.get("gamma"), "examples": len(examples),
                "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()}, "prior_weight": prior_weight,
