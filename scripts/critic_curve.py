@@ -78,6 +78,8 @@ VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers s
     # listwise: each train state's four labelled commands in one Plackett-Luce term set, one packed row
     "cont-plackett-luce": Variant("plackett-luce", epochs=8.0, data="continuation"),
     "cont-plackett-luce-prior": Variant("plackett-luce", epochs=8.0, data="continuation", prior=1.0),
+    # 4x the passes: can the 0.5 M critic fit its train states at all, and does fitting them carry to unseen ones?
+    "cont-plackett-luce-prior-e32": Variant("plackett-luce", epochs=32.0, data="continuation", prior=1.0),
 }
 
 

@@ -59,6 +59,53 @@ def test_mini_loop_killed_then_resumed_end_to_end(tmp_path, generated_tasks, tin
     assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 2
 
 
+def test_a_rollout_stage_interrupted_mid_way_resumes_with_the_episodes_it_flushed(tmp_path, generated_tasks,
+                                                                                   tiny_policy, monkeypatch):
+    """Issue 26 (10k rollouts take an hour): the rollouts stage writes shards as it goes, and a resumed stage keeps
+    the whole episodes they hold and plays only the others — not the whole stage again."""
+    from agentprm.data.trajectories import ShardWriter
+    from agentprm.loop import run as loop_run
+
+    class Crash(Exception):
+        pass
+
+    cfg, run = mini_config(tmp_path, generated_tasks, tiny_policy), tmp_path / "run"
+    monkeypatch.setattr(loop_run, "SHARD_ROWS", 4)          # a shard every episode or two
+    add, added = ShardWriter.add, []
+
+    def crashing(self, episode):
+        add(self, episode)
+        added.append(episode.episode_id)
+        if len(added) == 7:
+            raise Crash
+
+    monkeypatch.setattr(ShardWriter, "add", crashing)
+    with pytest.raises(Crash):
+        main(["loop", "--config", str(cfg), "--run-dir", str(run)])
+    partial = run / "iter_1" / "rollouts.partial"
+    flushed = {e.episode_id: e for e in iter_episodes(read_trajectories(partial))}
+    assert 4 <= len(flushed) <= 7 and set(flushed) <= set(added)
+    (partial / ".part-00009.parquet.x1y2.tmp").write_bytes(b"a shard a kill cut short")
+
+    monkeypatch.setattr(ShardWriter, "add", add)
+    played = []
+    real_run = loop_run.run_episodes
+
+    def counting(jobs, *a, **k):
+        jobs = list(jobs)
+        if k.get("description", "").startswith("rollout-"):
+            played.extend(j.episode_id for j in jobs)
+        return real_run(jobs, *a, **k)
+
+    monkeypatch.setattr(loop_run, "run_episodes", counting)
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run), "--resume"]) == 0
+    episodes = {e.episode_id: e for e in iter_episodes(read_trajectories(run / "iter_1" / "rollouts"))}
+    assert len(episodes) == 12 and sorted(played) == sorted(set(episodes) - set(flushed))   # only the missing
+    assert all(episodes[i].steps == flushed[i].steps for i in flushed)                     # kept as they were
+    assert not list(run.rglob("*.partial*")) and not list(run.rglob(".*.tmp"))
+    check_run(run, tiny_policy)
+
+
 def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_tasks, tiny_policy):
     run = tmp_path / "run"
     one = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})

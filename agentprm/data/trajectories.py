@@ -161,7 +161,8 @@ def shard_name(prefix: str, index: int) -> str:
 
 class ShardWriter:
     """Buffers whole episodes and writes them as numbered shards of about `rows_per_shard` rows.
-    Numbering continues after shards already in `out_dir`, so a resumed run never overwrites earlier ones."""
+    Numbering continues after shards already in `out_dir`, so a resumed run never overwrites earlier ones; the temp
+    file of a shard whose write was killed is removed."""
 
     def __init__(self, out_dir: str | Path, prefix: str = "part", rows_per_shard: int = DEFAULT_ROWS_PER_SHARD):
         self.out_dir = Path(out_dir)
@@ -174,6 +175,9 @@ class ShardWriter:
                 raise UserError(f"{self.out_dir}: holds files that are not trajectory shards ({other[0]!r}, ...); "
                                 "choose an empty or new folder")
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        for path in self.out_dir.iterdir():   # a shard a kill interrupted mid-write: our own temp file, never read
+            if re.fullmatch(rf"\.{re.escape(prefix)}-\d+\.parquet\..*\.tmp", path.name) and path.is_file():
+                path.unlink()
         self.prefix = prefix
         self.rows_per_shard = rows_per_shard
         self.paths: list[Path] = []

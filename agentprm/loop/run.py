@@ -22,7 +22,7 @@ from agentprm.agent.policies import ExpertAgent
 from agentprm.agent.replicas import ray_replicas
 from agentprm.agent.serving import VLLMServer
 from agentprm.data.summary import check_env_errors
-from agentprm.data.trajectories import ShardWriter, write_episodes_file
+from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories, write_episodes_file
 from agentprm.envs.alfworld.generate import generate_tasks
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.pool import configure_pool
@@ -43,6 +43,7 @@ from agentprm.rollout.reset import expert_actions, reset_jobs
 from agentprm.tracking import active, tracking
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
+SHARD_ROWS = 2_000   # rollout rows buffered before a shard is written: what a kill can cost (~100 episodes)
 
 
 SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand", "critic_control")
@@ -210,16 +211,29 @@ class Loop:
                 jobs = reset_jobs(train_tasks, expert_actions(demos), c.per_task, seed, c.max_steps, tag, reset)
             else:
                 jobs = episode_jobs(train_tasks, c.per_task, seed, c.max_steps, tag)
-            with ShardWriter(out) as writer:
-                episodes = run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
-                                        description=tag, progress=self.progress)
-                if c.branches:
-                    jobs = branch_jobs(episodes, train_tasks, agent, c.branches, c.branch_probe, seed, c.max_steps)
-                    episodes += run_episodes(jobs, agent, num_envs=c.num_envs, num_workers=c.workers, writer=writer,
-                                             description=f"branches-{i}", progress=self.progress)
+            # a resumed stage: the whole episodes an interrupted attempt flushed are kept, only the others are played
+            kept = {e.episode_id: e for e in iter_episodes(read_trajectories(out))} if any(out.glob("*.parquet")) else {}
+            if kept and self.progress:
+                print(f"iter_{i}/rollouts: resuming with the {len(kept)} episodes its shards hold", flush=True)
+
+            def play(todo: list, description: str) -> list:
+                return run_episodes([j for j in todo if j.episode_id not in kept], agent, num_envs=c.num_envs,
+                                    num_workers=c.workers, writer=writer, description=description,
+                                    progress=self.progress)
+
+            with ShardWriter(out, rows_per_shard=SHARD_ROWS) as writer:
+                episodes = sorted([kept[j.episode_id] for j in jobs if j.episode_id in kept] + play(jobs, tag),
+                                  key=lambda e: e.episode_id)
+                if c.branches:   # branch points are drawn anew: a parent with kept branches keeps just those
+                    branched = [e for e in kept.values() if e.origin == "branch"]
+                    parents = {e.episode_id[:e.episode_id.rindex("-branch")] for e in branched}
+                    jobs = [j for j in branch_jobs(episodes, train_tasks, agent, c.branches, c.branch_probe, seed,
+                                                   c.max_steps) if j.episode_id[:j.episode_id.rindex("-branch")]
+                            not in parents]
+                    episodes += sorted(branched + play(jobs, f"branches-{i}"), key=lambda e: e.episode_id)
             self.check_errors(f"iter_{i}/rollouts", episodes)
 
-        return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build)
+        return self.stages.run(f"iter_{i}/rollouts", f"iter_{i}/rollouts", build, keep_partial=True)
 
     def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
         """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` and beam search (π_i, Q_i) with

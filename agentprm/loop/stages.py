@@ -49,8 +49,10 @@ class StageRunner:
     def done(self, name: str) -> bool:
         return self.marker(name).exists()
 
-    def run(self, name: str, output: str, build: Callable[[Path], None]) -> Path:
-        """Run `build(tmp_path)` unless `name` completed earlier; returns the final output path."""
+    def run(self, name: str, output: str, build: Callable[[Path], None], keep_partial: bool = False) -> Path:
+        """Run `build(tmp_path)` unless `name` completed earlier; returns the final output path. With `keep_partial`
+        (a stage whose output is a folder of shards it can continue), the folder an interrupted attempt of this
+        stage left is handed to `build` again instead of deleted."""
         final = self.run_dir / output
         if self.done(name):
             self.timings[name] = json.loads(self.marker(name).read_text())["seconds"]
@@ -63,7 +65,10 @@ class StageRunner:
         if stale and not self.started(name).exists():
             raise UserError(f"{stale[0]}: in the run folder where stage {name!r} writes, but agentprm did not write "
                             "it; move it out of the run folder, then resume")
+        keep = keep_partial and self.started(name).exists() and partial.is_dir() and not partial.is_symlink()
         for path in stale:
+            if keep and path == partial:
+                continue
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
