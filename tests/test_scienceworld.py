@@ -45,6 +45,37 @@ def test_splits_spread_over_types_and_never_share_a_variation():
         parse_game("boil")
 
 
+def test_a_task_folder_round_trips_through_the_cli_the_registry_and_load_tasks(tmp_path, capsys):
+    import json
+
+    from agentprm.cli import main
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.envs.registry import task_generator
+
+    out = tmp_path / "sw-train"
+    assert main(["tasks", "generate", "--env", "scienceworld", "--split", "train", "--num", "6", "--seed", "3",
+                 "--types", *SHORT, "--out", str(out), "--json", str(tmp_path / "s.json")]) == 0
+    loaded = load_tasks(out)
+    made = [t.__class__(**{**t.__dict__, "seed": 3}) for t in scienceworld_tasks("train", 6, seed=3, task_names=SHORT)]
+    assert loaded == made and {t.env for t in loaded} == {"scienceworld"}
+    assert json.loads((tmp_path / "s.json").read_text())["by_type"] == {SHORT[0]: 3, SHORT[1]: 3}
+    assert [t.task_type for t in load_tasks(out, [SHORT[1]])] == [SHORT[1]] * 3
+    with pytest.raises(UserError, match=f"unknown task type 'boil'; known: {SHORT[0]}, {SHORT[1]}"):
+        load_tasks(out, ["boil"])
+    before = (out / "tasks.jsonl").read_bytes()
+    assert main(["tasks", "generate", "--env", "scienceworld", "--split", "train", "--num", "2", "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err and (out / "tasks.jsonl").read_bytes() == before
+    # the loop's "eval" split is ScienceWorld's test split; the registry hands the loop this same generator
+    held = task_generator("scienceworld")(tmp_path / "sw-eval", "eval", 4, 0, SHORT)
+    assert {t.split for t in held} == {"test"} and load_tasks(tmp_path / "sw-eval") == held
+    with pytest.raises(UserError, match="--num 999: ScienceWorld's train split has"):
+        task_generator("scienceworld")(tmp_path / "sw-big", "train", 999, 0, SHORT[:1])
+    assert not (tmp_path / "sw-big").exists()
+    assert main(["tasks", "generate", "--env", "textworld-cooking", "--split", "train", "--num", "1",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "--env 'textworld-cooking': not a registered environment" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_expert_plays_the_gold_path_to_a_win_in_env_workers(tasks, tmp_path):
     from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories

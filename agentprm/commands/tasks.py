@@ -1,4 +1,5 @@
-"""`agentprm tasks generate`: make verified ALFWorld games from the floor plans alfworld ships.
+"""`agentprm tasks generate`: make verified ALFWorld games from the floor plans alfworld ships (or, with `--env`, the
+task folder of another registered environment that has a task generator, e.g. ScienceWorld's variations).
 `agentprm tasks list`: count the games of a task folder (generated, or official ALFWorld data) per type and split."""
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def _register_generate(actions) -> None:
     p = actions.add_parser("generate", help="generate verified ALFWorld games into a folder with tasks.jsonl")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (games + tasks.jsonl)")
     p.add_argument("--split", required=True, metavar="train|eval",
-                   help="train or eval; the two use disjoint floor plans")
+                   help="train or eval; the two use disjoint floor plans (ScienceWorld: train, dev, test; eval = test)")
+    p.add_argument("--env", default="alfworld", metavar="NAME",
+                   help="the registered environment whose tasks to make (default alfworld; scienceworld)")
     p.add_argument("--num", type=int, required=True, metavar="N", help="number of games (round robin over types)")
     p.add_argument("--types", nargs="+", metavar="TYPE", help=f"task types (default all: {', '.join(TASK_TYPES)})")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="K",
@@ -45,6 +48,14 @@ def _register_list(actions) -> None:
 
 def check_flags(args: argparse.Namespace) -> None:
     """One-line errors naming the flag, before any work starts."""
+    if args.env != "alfworld":   # that env's generator checks its own split and types
+        from agentprm.envs.registry import ENVS, get_env
+
+        try:
+            get_env(args.env)
+        except UserError:
+            raise UserError(f"--env {args.env!r}: not a registered environment ({', '.join(ENVS)})") from None
+        return
     if args.split not in ("train", "eval"):
         raise UserError(f"--split must be train or eval, not {args.split!r}")
     unknown = [t for t in args.types or () if t not in TASK_TYPES]
@@ -54,6 +65,19 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     check_flags(args)
+    if args.env != "alfworld":
+        import time
+
+        from agentprm.envs.registry import task_generator
+
+        generator, start = task_generator(args.env), time.monotonic()
+        tasks = generator(args.out, args.split, args.num, args.seed, args.types, workers=args.workers,
+                          force=args.force)
+        write_summary(args, {"games": len(tasks), "env": args.env, "split": args.split, "out": args.out,
+                             "by_type": dict(Counter(t.task_type for t in tasks)),
+                             "seconds": round(time.monotonic() - start, 2)})
+        print(f"{len(tasks)} {args.env} {args.split} tasks of {len({t.task_type for t in tasks})} types -> {args.out}")
+        return 0
     from agentprm.envs.alfworld.generate import generate  # imports the engine: keep `--help` fast
 
     result = generate(args.out, args.split, args.num, args.seed, args.types, workers=args.workers,

@@ -48,7 +48,8 @@ class TaskSpec:
     tasks.jsonl are envs/alfworld/tasks.py."""
     task_id: str
     task_type: str
-    game: str            # what the env is made from: ALFWorld's game folder (absolute path)
+    game: str            # what the env is made from: ALFWorld's game folder (absolute path), or a name the env
+                         # resolves itself (ScienceWorld: "<task>/<variation>/<simplifications>")
     split: str = ""
     floorplan: int = -1
     goal: str = ""
@@ -58,7 +59,8 @@ class TaskSpec:
 
     def to_row(self, root: Path) -> dict:
         row = asdict(self)
-        row["game"] = os.path.relpath(self.game, root)
+        if os.path.isabs(self.game):   # a game folder (ALFWorld) is stored relative to the manifest; a name as it is
+            row["game"] = os.path.relpath(self.game, root)
         if row["env"] == "alfworld":   # the default: ALFWorld's tasks.jsonl rows stay as they were
             del row["env"]
         return row

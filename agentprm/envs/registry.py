@@ -3,7 +3,7 @@ and says whether the env can be *replayed*: whether the same commands from a res
 Branch rollouts, Reset-50-50, the Monte-Carlo oracle and beam search restore a state by replaying its commands in a
 fresh env, so they refuse an env that cannot.
 
-    @register_env("my-env", replayable=True)
+    @register_env("my-env", replayable=True, tasks=my_task_generator)   # tasks: optional (see Environment)
     def make(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
         return MyEnv(task.game, max_steps=max_steps)
 
@@ -20,8 +20,9 @@ from importlib.metadata import entry_points
 from typing import Callable, Iterable
 
 from agentprm.envs.alfworld.engine import AlfWorldEnv
+from agentprm.envs.alfworld.generate import generate_tasks
 from agentprm.envs.base import TaskSpec, TextEnv
-from agentprm.envs.scienceworld import ScienceWorldTextEnv
+from agentprm.envs.scienceworld import ScienceWorldTextEnv, generate_tasks as scienceworld_tasks_folder
 from agentprm.errors import UserError
 from agentprm.registry import Registry
 
@@ -33,16 +34,28 @@ class Environment:
     name: str
     make: Callable[[TaskSpec, int, bool], TextEnv]   # (task, max_steps, expert) -> a reset-able env
     replayable: bool = True   # the same commands from a reset reach the same state
+    tasks: Callable[..., list[TaskSpec]] | None = None   # the task generator, if the env has one: (out_dir, split,
+    # num, seed, types=None, workers=1, progress=True, force=False) -> tasks, written as a task folder (tasks.jsonl)
+    # that `load_tasks` reads; split "train" or "eval" (the loop's `tasks:` section and `agentprm tasks generate`)
 
 
 ENVS: Registry[Environment] = Registry("environment")
 
 
-def register_env(name: str, *, replayable: bool = True):
+def register_env(name: str, *, replayable: bool = True, tasks: Callable[..., list[TaskSpec]] | None = None):
     def add(make: Callable[[TaskSpec, int, bool], TextEnv]):
-        ENVS.add(name, Environment(name, make, replayable))
+        ENVS.add(name, Environment(name, make, replayable, tasks))
         return make
     return add
+
+
+def task_generator(name: str) -> Callable[..., list[TaskSpec]]:
+    """The task generator of environment `name`; a one-line error when it has none."""
+    generator = get_env(name).tasks
+    if generator is None:
+        raise UserError(f"environment {name!r} registers no task generator: give task folders instead "
+                        "(tasks.train_dir / tasks.eval_dir)")
+    return generator
 
 
 def get_env(name: str) -> Environment:
@@ -66,13 +79,13 @@ def require_replay(tasks: Iterable[TaskSpec], what: str) -> None:
                             "replayed (registered with replayable=False)")
 
 
-@register_env("alfworld")
+@register_env("alfworld", tasks=generate_tasks)
 def alfworld(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
     """ALFWorld on the TextWorld engine (deterministic: replayable); `expert` attaches alfworld's hand-coded expert."""
     return AlfWorldEnv(task.game, max_steps=max_steps, task_id=task.task_id, expert=expert)
 
 
-@register_env("scienceworld")
+@register_env("scienceworld", tasks=scienceworld_tasks_folder)
 def scienceworld(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
     """ScienceWorld on its Java VM (envs/scienceworld.py; optional: `pip install 'agentprm[scienceworld]'`)."""
     return ScienceWorldTextEnv(task, max_steps=max_steps, expert=expert)

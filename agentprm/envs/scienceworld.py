@@ -4,9 +4,12 @@ train/dev/test variations, simulated in Scala on a Java VM by the `scienceworld`
     pip install 'agentprm[scienceworld]'          # and a Java runtime >= 11 (`make java` installs one)
     tasks = scienceworld_tasks("train", 60, seed=0)   # (task type, variation) pairs of ScienceWorld's train split
     env = ScienceWorldTextEnv(tasks[0], max_steps=30)
+    agentprm tasks generate --env scienceworld --split train --num 60 --out sw-train   # the same, as a task folder
 
 A task is one variation of one task type: its `game` is "<task name>/<variation>/<simplifications>" (e.g.
-"boil/3/easy"), so a task file names it without a path. A `Turn` has the task description as `task`, the env's
+"boil/3/easy"), so a task file names it without a path: `generate_tasks` writes a task folder whose tasks.jsonl
+rows carry env "scienceworld" (read by the same `load_tasks` as ALFWorld's; the loop's `tasks: {env:
+scienceworld}` makes its train and eval folders with it — "eval" is ScienceWorld's test split). A `Turn` has the task description as `task`, the env's
 text as `observation` (a room description after reset), and the valid commands of the state (`info["valid"]`,
 hundreds of them) as `admissible`. ScienceWorld scores partial progress 0–100: `reward` is the step's change of
 score / 100, `won` is a score of 100; an episode ends when the env says it is completed (won, or failed: the score
@@ -25,11 +28,18 @@ VM per env slot (~230 MB; 1.3 s to start), kept by the worker process and reused
 """
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import replace
 from functools import cache
+from pathlib import Path
+from typing import Sequence
 
+from agentprm.envs.alfworld.tasks import MANIFEST
 from agentprm.envs.base import TaskSpec, Turn
 from agentprm.errors import UserError
+from agentprm.io import write_text
+from agentprm.outputs import atomic_dir, owner_record
 
 SPLITS = {"train": "get_variations_train", "dev": "get_variations_dev", "test": "get_variations_test"}
 DEFAULT_SIMPLIFICATIONS = "easy"   # teleport, doors open, no electrical wiring, self-watering plants: the common setting
@@ -147,4 +157,23 @@ def scienceworld_tasks(split: str, n: int, seed: int = 0, task_names: list[str] 
                 v = queues[t].pop(0)
                 tasks.append(TaskSpec(task_id=f"sw-{t}-{v}", task_type=t, game=f"{t}/{v}/{simplifications}",
                                       split=split, env="scienceworld"))
+    return tasks
+
+
+def generate_tasks(out_dir: str | Path, split: str, num: int, seed: int, types: Sequence[str] | None = None,
+                   workers: int = 1, progress: bool = True, force: bool = False) -> list[TaskSpec]:
+    """A task folder of `num` ScienceWorld tasks (`scienceworld_tasks`; split "eval" is ScienceWorld's test split):
+    its tasks.jsonl only, written atomically into `out_dir` — absent, empty, or (with `force`) a task folder agentprm
+    wrote. The registry's task generator for env "scienceworld" (`workers`, `progress`: nothing to parallelise)."""
+    out_dir = Path(out_dir)
+    if owner_record(out_dir) and (out_dir / MANIFEST).exists() and not force:
+        raise UserError(f"{out_dir / MANIFEST} already exists; choose another --out or pass --force to replace the "
+                        "folder agentprm generated there")
+    split = "test" if split == "eval" else split
+    tasks = [replace(t, seed=seed) for t in scienceworld_tasks(split, num, seed, list(types) if types else None)]
+    if len(tasks) < num:
+        raise UserError(f"--num {num}: ScienceWorld's {split} split has {len(tasks)} variations of "
+                        f"{'these types' if types else 'its task types'}")
+    with atomic_dir(out_dir, kind="tasks") as tmp:
+        write_text(tmp / MANIFEST, "".join(json.dumps(t.to_row(tmp)) + "\n" for t in tasks))
     return tasks

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from agentprm.envs.pool import POOLS
+from agentprm.envs.registry import ENVS, get_env
 from agentprm.errors import UserError
 from agentprm.io import read_text
 from agentprm.loop.algos import check_algorithm
@@ -33,6 +34,7 @@ from agentprm.train.config import check_lora
 
 @dataclass
 class TasksConfig:
+    env: str = "alfworld"           # the registered environment whose task generator makes the train/eval folders
     train: int = 24                 # generated train games (ignored when train_dir is set)
     eval: int = 36                  # generated eval games, floor plans disjoint from train
     types: list[str] | None = None  # task types (default: all six, balanced)
@@ -194,6 +196,11 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
                                ("policy.critic", cfg.policy.critic, CRITICS)):
         if value not in known:
             raise UserError(f"{source}: field '{path}' must be one of {', '.join(known)}, got {value!r}")
+    try:
+        get_env(cfg.tasks.env)   # registered, or by its package's entry point
+    except UserError:
+        raise UserError(f"{where('tasks.env')} must be a registered environment ({', '.join(ENVS)}), got "
+                        f"{cfg.tasks.env!r}") from None
     check_algorithm(cfg, LoopConfig(), where)   # the algorithm's entry owns its fields and checks (loop/algos/)
     if cfg.eval.beam_width and cfg.eval.beam_width * cfg.eval.beam_expand < 2:   # 1x1 would be one sampled reply
         raise UserError(f"{source}: field 'eval.beam_width' × 'eval.beam_expand' must be at least 2 samples per turn "

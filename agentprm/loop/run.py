@@ -23,7 +23,7 @@ from agentprm.agent.replicas import ray_replicas
 from agentprm.agent.serving import VLLMServer
 from agentprm.data.summary import check_env_errors
 from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories, write_episodes_file
-from agentprm.envs.alfworld.generate import generate_tasks
+from agentprm.envs.registry import task_generator
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.pool import configure_pool
 from agentprm.errors import UserError
@@ -92,9 +92,9 @@ class Loop:
         c = self.cfg.tasks
         for split, num, given in (("train", c.train, c.train_dir), ("eval", c.eval, c.eval_dir)):
             if given is None:
-                self.stages.run(f"tasks_{split}", f"tasks/{split}", lambda out, s=split, n=num: generate_tasks(
-                    out, s, n, self.cfg.seed, types=c.types, progress=self.progress,
-                    workers=self.cfg.rollout.workers or os.cpu_count() or 1))
+                self.stages.run(f"tasks_{split}", f"tasks/{split}", lambda out, s=split, n=num: task_generator(
+                    c.env)(out, s, n, self.cfg.seed, types=c.types, progress=self.progress,
+                           workers=self.cfg.rollout.workers or os.cpu_count() or 1))
         train = load_tasks(c.train_dir or self.run_dir / "tasks/train", c.types)
         evals = load_tasks(c.eval_dir or self.run_dir / "tasks/eval", c.types)
         return train, evals

@@ -9,6 +9,10 @@ tasks.jsonl row: task_id (str, unique; the game folder's name), task_type (one o
 ("train"|"eval"), floorplan (int, the AI2-THOR floor plan; train and eval never share one), goal (the task sentence
 as the engine shows it), game (game folder, relative to the manifest), walkthrough_len (int, commands in the verified
 walkthrough), seed (int, the --seed of the generating run). Written by `agentprm.envs.alfworld.generate`.
+
+A row of another registered environment carries `env` (e.g. "scienceworld", written by envs/scienceworld.py): its
+`task_type` is that env's and its `game` a name the env resolves (no folder), so only the fields' types and the
+unique task_id are checked here; the env checks its game when it starts.
 """
 from __future__ import annotations
 
@@ -28,10 +32,10 @@ REQUIRED = ("task_id", "task_type", "game")
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 
 
-def check_types(types) -> tuple[str, ...]:
-    bad = [t for t in types if t not in TASK_TYPES]
+def check_types(types, known=TASK_TYPES) -> tuple[str, ...]:
+    bad = [t for t in types if t not in known]
     if bad:
-        raise UserError(f"unknown task type {bad[0]!r}; known: {', '.join(TASK_TYPES)}")
+        raise UserError(f"unknown task type {bad[0]!r}; known: {', '.join(known)}")
     return tuple(types)
 
 
@@ -41,10 +45,12 @@ def load_tasks(root: str | Path, types=None) -> list[TaskSpec]:
         root = Path(os.path.expandvars(str(root)))
     if not root.is_dir():
         raise UserError(f"{root}: no such task folder")
-    types = check_types(types) if types else TASK_TYPES
     manifest = root / MANIFEST
     tasks = _read_manifest(manifest) if manifest.exists() else _walk_official(root)
-    tasks = [t for t in tasks if t.task_type in types]
+    if types:   # ALFWorld's types, or those of the other env's tasks in this folder
+        alfworld = all(t.env == "alfworld" for t in tasks)
+        types = check_types(types) if alfworld else check_types(types, sorted({t.task_type for t in tasks}))
+        tasks = [t for t in tasks if t.task_type in types]
     if not tasks:
         raise UserError(f"{root}: no games found (expected {MANIFEST}, or sub-folders with {TRAJ_FILE} + {GAME_FILE})")
     return tasks
@@ -64,14 +70,20 @@ def _read_manifest(manifest: Path) -> list[TaskSpec]:
         missing = [k for k in REQUIRED if k not in row]
         if missing:
             raise UserError(f"{manifest}:{lineno}: missing field '{missing[0]}'")
-        if row["task_type"] not in TASK_TYPES:
-            raise UserError(f"{manifest}:{lineno}: field 'task_type' is {row['task_type']!r}, not a known type")
         row = {k: v for k, v in row.items() if k in TaskSpec.__dataclass_fields__}
         for name, value in row.items():   # each field of the type TaskSpec declares (a bool is not an int here)
             kind = str if TaskSpec.__dataclass_fields__[name].type == "str" else int
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise UserError(f"{manifest}:{lineno}: field '{name}' must be {'a string' if kind is str else 'an integer'}"
                                 f", got {value!r}")
+        if row.get("env", "alfworld") != "alfworld":   # another env's task: its game is a name that env resolves
+            if row["task_id"] in seen:
+                raise UserError(f"{manifest}:{lineno}: field 'task_id' {row['task_id']!r} is repeated")
+            seen.add(row["task_id"])
+            tasks.append(TaskSpec(**row))
+            continue
+        if row["task_type"] not in TASK_TYPES:
+            raise UserError(f"{manifest}:{lineno}: field 'task_type' is {row['task_type']!r}, not a known type")
         # a game is data of this tasks folder: a path out of it (../, absolute) is refused, not followed
         folder = manifest.parent.absolute()
         game = Path(os.path.normpath(folder / row["game"]))

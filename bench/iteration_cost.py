@@ -1,0 +1,81 @@
+"""The cost of one AgentPRM iteration per stage, at two or more rollout budgets, and how each stage grows.
+
+    python bench/iteration_cost.py --rollouts 240 1440 [--out runs/bench-iteration] [--project 10000]
+
+Each budget n is one `agentprm loop` run of the quickstart's stages (configs/quickstart.yaml: π0 the bundled
+policy, 6 rollouts per train task at T 1, MC targets at γ 0.9, soft-BCE PRM 2 epochs from π0, online DPO 60 steps)
+on n / 6 generated train tasks, with the evaluation cut to 12 greedy games and no search (it is not part of an
+iteration's cost). Runs are resumable (`--resume` on a rerun) and the budgets run one after the other, never at once.
+Prints each stage's seconds (from the run's `.stages/*.done` markers) per budget, its growth exponent b between the
+smallest and the largest budget (seconds ∝ n^b), and the seconds that exponent projects at `--project` rollouts —
+a projection, printed as such, not a measurement. Game generation is cached across runs (~/.cache/agentprm), so the
+`tasks` stages measure reading the cache, unless the cache lacks the games.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import yaml
+
+ITERATION = ("iter_1/rollouts", "iter_1/targets", "iter_1/prm", "iter_1/policy")   # one iteration's own stages
+PER_TASK = 6
+
+
+def config(n: int) -> dict:
+    quickstart = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml").read_text())
+    quickstart["tasks"] = {"train": n // PER_TASK, "eval": 12}
+    quickstart["rollout"]["per_task"] = PER_TASK
+    quickstart["eval"].update(beam_width=0, critic_control=False, best_of_n=[])
+    return quickstart
+
+
+def stage_seconds(run: Path) -> dict[str, float]:
+    return {json.loads(p.read_text())["stage"]: json.loads(p.read_text())["seconds"]
+            for p in sorted((run / ".stages").glob("*.done"))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rollouts", type=int, nargs="+", default=[240, 1440])
+    ap.add_argument("--out", type=Path, default=Path("runs/bench-iteration"))
+    ap.add_argument("--project", type=int, default=10_000, help="rollouts to project each stage's seconds to")
+    args = ap.parse_args()
+    if any(n % PER_TASK or n <= 0 for n in args.rollouts):
+        raise SystemExit(f"--rollouts: each budget must be a positive multiple of {PER_TASK} (rollouts per task)")
+    from agentprm.cli import run_command
+
+    found = {}
+    for n in sorted(set(args.rollouts)):
+        run = args.out / f"n{n}"
+        cfg = args.out / f"n{n}.yaml"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(yaml.safe_dump(config(n), sort_keys=False))
+        if not (run / "results.json").exists():
+            run_command("loop", "--config", cfg, "--run-dir", run, *(["--resume"] if run.exists() else []))
+        found[n] = stage_seconds(run)
+    sizes = sorted(found)
+    lo, hi = sizes[0], sizes[-1]
+    stages = [s for s in found[hi] if s in ITERATION or s.startswith("tasks")]
+    head = " | ".join(f"{n:,} rollouts" for n in sizes)
+    print(f"| stage | {head} | growth b (s ∝ n^b) | projected at {args.project:,} (not measured) |")
+    print("|---|" + "---|" * len(sizes) + "---|---|")
+    totals, projected_total = {n: 0.0 for n in sizes}, 0.0
+    for stage in stages:
+        values = [found[n].get(stage, float("nan")) for n in sizes]
+        b = math.log(values[-1] / values[0]) / math.log(hi / lo) if hi > lo and values[0] > 0 else float("nan")
+        projected = values[-1] * (args.project / hi) ** b if math.isfinite(b) else float("nan")
+        if stage in ITERATION:
+            for n, v in zip(sizes, values):
+                totals[n] += v
+            projected_total += projected
+        print(f"| {stage} | " + " | ".join(f"{v:,.0f} s" for v in values) + f" | {b:.2f} | {projected:,.0f} s |")
+    print(f"| **one iteration** ({', '.join(s.split('/')[1] for s in ITERATION)}) | "
+          + " | ".join(f"**{totals[n]:,.0f} s**" for n in sizes)
+          + f" | | **{projected_total / 60:,.0f} min** (the stages' projections summed) |")
+
+
+if __name__ == "__main__":
+    main()
