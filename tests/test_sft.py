@@ -72,6 +72,22 @@ def test_saved_folder_is_plain_hf_and_loads_as_agent(trained):
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp folders left behind
 
 
+def test_a_preset_reads_the_demos_own_words_and_alfworld_demos_add_none(trained, tmp_path):
+    out, _, _ = trained
+    assert AutoTokenizer.from_pretrained(out).get_vocab() == build_tokenizer().get_vocab()   # the bundled recipe's
+    from agentprm.data.trajectories import EpisodeRecord, StepRecord
+
+    steps = [StepRecord(0, "This room is called the kitchen. You see a thermometer and a beaker.",
+                        ("focus on thermometer", "pick up beaker", "look around"), "focus on thermometer",
+                        reward=1.0, done=True, won=True)]
+    other = write_episodes_file(tmp_path / "sw.parquet", [EpisodeRecord("sw-0", "sw-boil-0", "boil",
+                                                                        "Your task is to boil water.", "gold", 0, steps)])
+    train_sft(other, tmp_path / "pi", SFTConfig(steps=1, epochs=0, batch_size=1, renumber_copies=0), progress=False)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "pi")
+    ids = tok("thermometer beaker boil kitchen", add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids and len(ids) == 4 and len(tok) > len(build_tokenizer())
+
+
 def test_saving_again_replaces_the_folder(demos, trained):
     out, cfg, _ = trained
     (out / "stale.txt").write_text("old")   # not agentprm's: the folder is the user's now (issue 27)

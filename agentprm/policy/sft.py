@@ -97,9 +97,14 @@ def load_demos(demos_path: str | Path, cfg: SFTConfig, seed: int = 0) -> list[Ep
     return episodes + [renumbered(e, rng, k) for k in range(cfg.renumber_copies) for e in episodes]
 
 
-def init_model(cfg: SFTConfig, seed: int = 0):
+def init_model(cfg: SFTConfig, seed: int = 0, episodes: Sequence[EpisodeRecord] = ()):
+    """The model to fine-tune: a preset gets the word-level tokenizer over the env text agentprm knows (ALFWorld's)
+    plus every word of the demos — their tasks, observations, actions and admissible commands — so demos of another
+    environment (ScienceWorld) are not read as unknown words; ALFWorld's demos add no word, so its vocabulary, and
+    the bundled π0's recipe, stay as they were."""
     if cfg.model in PRESETS:
-        tokenizer = build_tokenizer()
+        tokenizer = build_tokenizer(extra_text=(text for e in episodes for s in e.steps
+                                                for text in (e.task, s.observation, s.action, *s.admissible)))
         return build_model(cfg.model, tokenizer, seed=seed), tokenizer
     return load_causal_lm(cfg.model), load_tokenizer(cfg.model)
 
@@ -117,7 +122,7 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed:
             raise UserError(f"lora: --model {cfg.model} is a preset trained from scratch, there is nothing to adapt "
                             "(give a model folder, or train every weight with --lora-r 0)")
     episodes = load_demos(demos_path, cfg, seed)
-    model, tokenizer = init_model(cfg, seed)
+    model, tokenizer = init_model(cfg, seed, episodes)
     if cfg.lora.r:
         model = add_lora(model, cfg.lora, seed=seed)
     examples = make_examples(tokenizer, episodes, cfg.prompt)
