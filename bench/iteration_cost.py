@@ -58,7 +58,7 @@ def main() -> None:
         found[n] = stage_seconds(run)
     sizes = sorted(found)
     lo, hi = sizes[0], sizes[-1]
-    stages = [s for s in found[hi] if s in ITERATION or s.startswith("tasks")]
+    stages = [s for s in ITERATION if s in found[hi]] + sorted(s for s in found[hi] if s.startswith("tasks"))
     head = " | ".join(f"{n:,} rollouts" for n in sizes)
     print(f"| stage | {head} | growth b (s ∝ n^b) | projected at {args.project:,} (not measured) |")
     print("|---|" + "---|" * len(sizes) + "---|---|")

@@ -118,3 +118,21 @@ def test_commands_replay_to_the_same_state_and_unknown_ones_are_answered(tasks):
     again.close()
     assert [(t.observation, t.admissible, t.reward) for t in replayed] == [(t.observation, t.admissible, t.reward)
                                                                           for t in turns]
+
+
+def test_an_expert_episode_ends_where_its_gold_path_ends_or_is_left(tasks):
+    """Some gold paths stop short of a score of 100; the expert then has no command to give, and its episode ends
+    (not won) instead of the expert failing on a missing action."""
+    env = env_factory(tasks[0], max_steps=40, expert=True)()
+    first = env.reset()
+    gold = list(env._gold)
+    assert first.info["expert_action"] == gold[0] and len(gold) > 3
+    env._gold = gold[:2]                                     # a gold path that ends before the task is done
+    mid = env.step(gold[0])
+    assert not mid.done and mid.info["expert_action"] == gold[1]
+    end = env.step(gold[1])
+    assert end.done and end.info["expert_exhausted"] and not end.won and "expert_action" not in end.info
+    env.reset()
+    off = env.step("look around" if gold[0] != "look around" else "inventory")   # leaving the gold path
+    assert off.done and off.info["expert_exhausted"] and not off.won
+    env.close()

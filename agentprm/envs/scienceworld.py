@@ -17,7 +17,9 @@ drops below 0) or after `max_steps` (`info["truncated"]`). An unknown command is
 matches that input."), never raised.
 
 **Expert**: ScienceWorld's gold path (`get_gold_action_sequence`): `info["expert_action"]` is its next command
-while every command so far followed it — what `ExpertAgent` plays to make demonstrations.
+while every command so far followed it — what `ExpertAgent` plays to make demonstrations. Where the gold path ends
+(or was left) without the task completed, the episode ends there (`info["expert_exhausted"]`, not won): some gold
+paths stop short of a score of 100 in the simulator.
 
 **Replay**: the simulator is deterministic for a (task, variation, simplifications) and a command sequence (tested),
 so branching, beam search and the oracle can restore a state by replaying its commands.
@@ -102,10 +104,15 @@ class ScienceWorldTextEnv:
         self._turns += 1
         score = int(info["score"])
         reward, self._score = (score - self._score) / WIN_SCORE, score
-        truncated = not completed and self._turns >= self.max_steps
+        # an expert episode ends where the gold path ends, or is left, with the task not completed: the expert has
+        # no next command to give (the demo counts as not won)
+        exhausted = self.expert and not completed and not (self._on_gold and self._turns < len(self._gold))
+        truncated = not completed and (self._turns >= self.max_steps or exhausted)
         turn = self._turn(observation, info, reward=reward, done=bool(completed) or truncated)
         if truncated:
             turn.info["truncated"] = True
+        if exhausted:
+            turn.info["expert_exhausted"] = True
         turn.info["admissible_action"] = not observation.startswith("No known action")
         return turn
 
