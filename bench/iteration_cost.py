@@ -33,8 +33,8 @@ def config(n: int) -> dict:
 
 
 def stage_seconds(run: Path) -> dict[str, float]:
-    return {json.loads(p.read_text())["stage"]: json.loads(p.read_text())["seconds"]
-            for p in sorted((run / ".stages").glob("*.done"))}
+    markers = [json.loads(p.read_text()) for p in sorted((run / ".stages").glob("*.done"))]
+    return {m["stage"]: m["seconds"] for m in markers}
 
 
 def main() -> None:

@@ -326,6 +326,11 @@ def branch_episode_id(episode_id: str, turn: int) -> str:
     return f"{episode_id}-branch{turn}"
 
 
+def branch_parent(episode_id: str) -> str:
+    """The episode a branch episode (`branch_episode_id`) leaves."""
+    return episode_id[:episode_id.rindex("-branch")]
+
+
 def with_provenance(table: pa.Table) -> pa.Table:
     """`table` with the provenance columns; a table written before they existed (no `origin` column) gets them
     from its episode ids, the one place that still reads an id suffix."""

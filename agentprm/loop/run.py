@@ -22,7 +22,8 @@ from agentprm.agent.policies import ExpertAgent
 from agentprm.agent.replicas import ray_replicas
 from agentprm.agent.serving import VLLMServer
 from agentprm.data.summary import check_env_errors
-from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories, write_episodes_file
+from agentprm.data.trajectories import (ShardWriter, branch_parent, iter_episodes, read_trajectories,
+                                        write_episodes_file)
 from agentprm.envs.registry import task_generator
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.pool import configure_pool
@@ -226,10 +227,9 @@ class Loop:
                                   key=lambda e: e.episode_id)
                 if c.branches:   # branch points are drawn anew: a parent with kept branches keeps just those
                     branched = [e for e in kept.values() if e.origin == "branch"]
-                    parents = {e.episode_id[:e.episode_id.rindex("-branch")] for e in branched}
+                    parents = {branch_parent(e.episode_id) for e in branched}
                     jobs = [j for j in branch_jobs(episodes, train_tasks, agent, c.branches, c.branch_probe, seed,
-                                                   c.max_steps) if j.episode_id[:j.episode_id.rindex("-branch")]
-                            not in parents]
+                                                   c.max_steps) if branch_parent(j.episode_id) not in parents]
                     episodes += sorted(branched + play(jobs, f"branches-{i}"), key=lambda e: e.episode_id)
             self.check_errors(f"iter_{i}/rollouts", episodes)
 

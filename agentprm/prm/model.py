@@ -116,21 +116,24 @@ class ProcessRewardModel(nn.Module):
     def prior_offsets(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
                       batch_size: int = 32) -> torch.Tensor:
         """w · log π_ref(reply | prompt) per row (zeros without a prior), float32 on the CPU; rows with the same
-        prompt are scored in one packed row (agent/scoring.py `score_candidates`)."""
+        prompt are scored in one packed row (`_prior_packed`)."""
         if self.prior is None:
             return torch.zeros(len(replies))
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, prompt in enumerate(prompts):
-            groups.setdefault(tuple(prompt), []).append(i)
-        members = list(groups.values())
+        members = group_indices([tuple(p) for p in prompts])
         out = torch.zeros(len(replies))
-        for lo in range(0, len(members), batch_size):
-            part = members[lo:lo + batch_size]
-            found = score_candidates(self.prior.policy, [prompts[m[0]] for m in part],
-                                     [[replies[i] for i in m] for m in part], self.tokenizer.pad_token_id)
-            for m, logp in zip(part, found):
-                out[m] = logp.float().cpu() * self.prior.weight
+        for m, offsets in zip(members, self._prior_packed([prompts[m[0]] for m in members],
+                                                          [[replies[i] for i in m] for m in members], batch_size)):
+            out[m] = offsets
         return out
+
+    @torch.no_grad()
+    def _prior_packed(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[Sequence[int]]],
+                      batch_size: int) -> list[torch.Tensor]:
+        """w · log π_ref of every reply of every prompt, a prompt and its replies in one packed row
+        (agent/scoring.py `score_candidates`), `batch_size` prompts a call."""
+        return [logp.float().cpu() * self.prior.weight for lo in range(0, len(prompts), batch_size)
+                for logp in score_candidates(self.prior.policy, prompts[lo:lo + batch_size],
+                                             replies[lo:lo + batch_size], self.tokenizer.pad_token_id)]
 
     def add_lora(self, cfg, seed: int = 0) -> None:
         """Train LoRA adapters on the backbone (models/lora.py) and the new scalar head in full, instead of every
@@ -220,20 +223,24 @@ class ProcessRewardModel(nn.Module):
         (`logits_packed`: Best-of-N's N candidates cost one prompt)."""
         if len(states) != len(replies):
             raise ValueError(f"{len(states)} states but {len(replies)} replies")
-        groups: dict[str, list[int]] = {}
-        for i, state in enumerate(states):
-            groups.setdefault(state.key(), []).append(i)
-        members = list(groups.values())
+        members = group_indices([s.key() for s in states])
         heads = [prompt_ids(self.tokenizer, states[m[0]], self.prompt) for m in members]
         tails = [[reply_ids(self.tokenizer, replies[i]) for i in m] for m in members]
         logits = torch.zeros(len(replies))
-        for m, found in zip(members, self.score_packed(heads, tails, batch_size)):
-            logits[m] = found
+        found = self.score_packed(heads, tails, batch_size)
         if self.prior is not None:
-            rows = [i for m in members for i in m]
-            logits[rows] += self.prior_offsets([heads[k] for k, m in enumerate(members) for _ in m],
-                                               [t for ts in tails for t in ts], batch_size)
+            found = [f + o for f, o in zip(found, self._prior_packed(heads, tails, batch_size))]
+        for m, group in zip(members, found):
+            logits[m] = group
         return torch.sigmoid(logits)
+
+
+def group_indices(keys: Sequence) -> list[list[int]]:
+    """The indices of equal keys (a state's rows), groups in order of first appearance."""
+    groups: dict = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
 
 
 def _frozen(model: PreTrainedModel) -> PreTrainedModel:

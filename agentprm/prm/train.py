@@ -29,7 +29,7 @@ from agentprm.errors import UserError
 from agentprm.tracking import active
 from agentprm.prm.losses import PrmLoss, get_prm_loss
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
-from agentprm.prm.model import ProcessRewardModel
+from agentprm.prm.model import ProcessRewardModel, group_indices
 from agentprm.prm.pqm import PQMLoss, pqm_trajectories
 from agentprm.targets.mc import load_states
 from agentprm.targets.pairs import pair_indices
@@ -54,10 +54,7 @@ def evaluate(prm: ProcessRewardModel, prompts: Sequence[Sequence[int]], replies:
              q: Sequence[float], state_keys: Sequence[str], delta: float, batch_size: int,
              offsets: torch.Tensor | None = None) -> dict[str, Any]:
     """Metrics of Q_φ against the targets; rows of one state are scored in one packed row (`score_packed`)."""
-    groups: dict[str, list[int]] = {}
-    for i, key in enumerate(state_keys):
-        groups.setdefault(key, []).append(i)
-    rows = list(groups.values())
+    rows = group_indices(state_keys)
     logits = torch.zeros(len(q))
     for members, found in zip(rows, prm.score_packed([prompts[m[0]] for m in rows],
                                                      [[replies[i] for i in m] for m in rows], batch_size)):
@@ -167,11 +164,9 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         examples = [(prompts[keys[i]], replies[i], replies[j], off[i], off[j])
                     for i, j in ((train_rows[a], train_rows[b]) for a, b in pairs)]
     elif prm_loss.kind == "listwise":   # every train state with two replies the targets tell apart
-        by_state: dict[str, list[int]] = {}
-        for i in train_rows:
-            by_state.setdefault(keys[i], []).append(int(i))
-        examples = [(prompts[k], tuple(replies[i] for i in m), tuple(q[i] for i in m), tuple(off[i] for i in m))
-                    for k, m in by_state.items() if max(q[i] for i in m) - min(q[i] for i in m) > data.delta]
+        states = [[int(train_rows[j]) for j in m] for m in group_indices([keys[i] for i in train_rows])]
+        examples = [(prompts[keys[m[0]]], tuple(replies[i] for i in m), tuple(q[i] for i in m),
+                     tuple(off[i] for i in m)) for m in states if max(q[i] for i in m) - min(q[i] for i in m) > data.delta]
     else:
         examples = [(prompts[keys[i]] + replies[i], q[i], off[i]) for i in train_rows]
     if not examples and prm_loss.kind == "trajectory":

@@ -76,28 +76,28 @@ def _read_manifest(manifest: Path) -> list[TaskSpec]:
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise UserError(f"{manifest}:{lineno}: field '{name}' must be {'a string' if kind is str else 'an integer'}"
                                 f", got {value!r}")
-        if row.get("env", "alfworld") != "alfworld":   # another env's task: its game is a name that env resolves
-            if row["task_id"] in seen:
-                raise UserError(f"{manifest}:{lineno}: field 'task_id' {row['task_id']!r} is repeated")
-            seen.add(row["task_id"])
-            tasks.append(TaskSpec(**row))
-            continue
-        if row["task_type"] not in TASK_TYPES:
-            raise UserError(f"{manifest}:{lineno}: field 'task_type' is {row['task_type']!r}, not a known type")
-        # a game is data of this tasks folder: a path out of it (../, absolute) is refused, not followed
-        folder = manifest.parent.absolute()
-        game = Path(os.path.normpath(folder / row["game"]))
-        if not game.is_relative_to(folder) or game == folder or not game.resolve().is_relative_to(folder.resolve()):
-            raise UserError(f"{manifest}:{lineno}: field 'game' {row['game']!r} is outside the tasks folder"
-                            + (" (through a symbolic link)" if game.is_relative_to(folder) and game != folder else ""))
-        if not game.is_dir():
-            raise UserError(f"{manifest}:{lineno}: field 'game': no game folder {row['game']!r}")
+        if row.get("env", "alfworld") == "alfworld":   # another env's game is a name that env resolves, not a folder
+            row["game"] = str(_game_folder(manifest, lineno, row))
         if row["task_id"] in seen:
             raise UserError(f"{manifest}:{lineno}: field 'task_id' {row['task_id']!r} is repeated")
-        row["game"] = str(game.resolve())
         seen.add(row["task_id"])
         tasks.append(TaskSpec(**row))
     return tasks
+
+
+def _game_folder(manifest: Path, lineno: int, row: dict) -> Path:
+    """An ALFWorld row's task type and game folder checked; the folder, resolved."""
+    if row["task_type"] not in TASK_TYPES:
+        raise UserError(f"{manifest}:{lineno}: field 'task_type' is {row['task_type']!r}, not a known type")
+    # a game is data of this tasks folder: a path out of it (../, absolute) is refused, not followed
+    folder = manifest.parent.absolute()
+    game = Path(os.path.normpath(folder / row["game"]))
+    if not game.is_relative_to(folder) or game == folder or not game.resolve().is_relative_to(folder.resolve()):
+        raise UserError(f"{manifest}:{lineno}: field 'game' {row['game']!r} is outside the tasks folder"
+                        + (" (through a symbolic link)" if game.is_relative_to(folder) and game != folder else ""))
+    if not game.is_dir():
+        raise UserError(f"{manifest}:{lineno}: field 'game': no game folder {row['game']!r}")
+    return game.resolve()
 
 
 def _walk_official(root: Path) -> list[TaskSpec]:
