@@ -136,3 +136,30 @@ def test_an_expert_episode_ends_where_its_gold_path_ends_or_is_left(tasks):
     off = env.step("look around" if gold[0] != "look around" else "inventory")   # leaving the gold path
     assert off.done and off.info["expert_exhausted"] and not off.won
     env.close()
+
+
+def test_a_vm_that_died_is_replaced_not_reused(tasks):
+    """A Java VM that dies (py4j: "Answer from Java side is empty") fails only the episode it died in: the env's
+    next reset, and the next env of the process, get a new VM instead of the dead one."""
+    from py4j.protocol import Py4JError
+
+    from agentprm.envs import scienceworld as sw
+
+    env = sw.ScienceWorldTextEnv(tasks[0], max_steps=10)
+    first = env.reset()
+    dead = env._vm
+    dead._gateway.java_process.kill()
+    dead._gateway.java_process.wait()
+    with pytest.raises(Py4JError):
+        env.step(first.admissible[0])
+    assert env._vm is None                                       # dropped, not kept for the next reset
+    again = env.reset()
+    assert env._vm is not dead and again.observation == first.observation
+    idle = env._vm
+    env.close()
+    assert sw._IDLE[-1] is idle                                  # a live VM is kept for the next env
+    idle._gateway.java_process.kill()                            # ... and dies while idle
+    idle._gateway.java_process.wait()
+    other = sw.ScienceWorldTextEnv(tasks[1], max_steps=10)
+    assert other.reset().task and other._vm is not idle and idle not in sw._IDLE
+    other.close()

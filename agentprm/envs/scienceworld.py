@@ -25,12 +25,14 @@ paths stop short of a score of 100 in the simulator.
 so branching, beam search and the oracle can restore a state by replaying its commands.
 
 **Cost** (`python bench/scienceworld_env.py --num 6 --seed 0`, gold paths of 6 train tasks, 2 quiet cores): a Java
-VM per env slot (~230 MB; 1.3 s to start), kept by the worker process and reused by the slot's next episode; a reset
-(load + reset) median 0.6 s; a step median 0.04 s; 97–1,102 valid commands per state (median 260).
+VM per env slot (~230 MB; 1.3 s to start), kept by the worker process and reused by the slot's next episode (a VM
+that died — py4j "Answer from Java side is empty" — is dropped, never reused: the episode it died in errors, the
+next starts a new VM); a reset (load + reset) median 0.6 s; a step median 0.04 s; 97–1,102 valid commands per state (median 260).
 """
 from __future__ import annotations
 
 import json
+import logging
 import random
 from dataclasses import replace
 from functools import cache
@@ -56,12 +58,32 @@ def _scienceworld():
     except ImportError:
         raise UserError("environment 'scienceworld' needs the scienceworld package and a Java runtime: pip install "
                         "'agentprm[scienceworld]' (and `make java` where `java` is missing)") from None
+    # py4j logs a traceback for a failed call from more than one of its threads at once, which on CPython 3.11 can
+    # corrupt the ast module's shared recursion counter (every later traceback then fails with "AST constructor
+    # recursion depth mismatch"); the env raises the failure as an exception anyway, so the logs add nothing
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     return scienceworld
 
 
+def _alive(vm) -> bool:
+    return vm._gateway.java_process.poll() is None
+
+
+def _discard(vm) -> None:
+    """Drop a VM that died or stopped answering (py4j: "Answer from Java side is empty"): never reused."""
+    try:
+        vm._gateway.java_process.kill()
+        vm._gateway.shutdown()
+    except Exception:   # noqa: BLE001 - already gone; nothing of the user's is at stake
+        pass
+
+
 def _take_vm():
-    if _IDLE:
-        return _IDLE.pop()
+    while _IDLE:
+        vm = _IDLE.pop()
+        if _alive(vm):
+            return vm
+        _discard(vm)
     try:
         return _scienceworld().ScienceWorldEnv("", envStepLimit=_STEP_LIMIT)
     except (FileNotFoundError, OSError) as e:   # py4j launches `java`
@@ -87,10 +109,18 @@ class ScienceWorldTextEnv:
         self._score, self._turns, self._gold, self._on_gold = 0, 0, [], True
 
     def reset(self) -> Turn:
-        if self._vm is None:
-            self._vm = _take_vm()
-        self._vm.load(self.name, self.variation, self.simplifications, generateGoldPath=self.expert)
-        observation, info = self._vm.reset()
+        from py4j.protocol import Py4JError
+        for attempt in (0, 1):   # a VM that died since its last episode is replaced once
+            if self._vm is None:
+                self._vm = _take_vm()
+            try:
+                self._vm.load(self.name, self.variation, self.simplifications, generateGoldPath=self.expert)
+                observation, info = self._vm.reset()
+                break
+            except Py4JError:
+                self._drop_vm()
+                if attempt:
+                    raise
         self._gold = list(self._vm.get_gold_action_sequence()) if self.expert else []
         self._score, self._turns, self._on_gold = 0, 0, True
         return self._turn(observation, info, reward=0.0, done=False)
@@ -100,7 +130,12 @@ class ScienceWorldTextEnv:
             raise RuntimeError("step before reset")
         if self.expert:
             self._on_gold = self._on_gold and self._turns < len(self._gold) and action == self._gold[self._turns]
-        observation, _, completed, info = self._vm.step(action)
+        from py4j.protocol import Py4JError
+        try:
+            observation, _, completed, info = self._vm.step(action)
+        except Py4JError:   # the VM died mid-episode: this episode errors (the pool's max_errors), the next gets a new VM
+            self._drop_vm()
+            raise
         self._turns += 1
         score = int(info["score"])
         reward, self._score = (score - self._score) / WIN_SCORE, score
@@ -123,9 +158,13 @@ class ScienceWorldTextEnv:
         return Turn(task=info["taskDesc"], observation=observation.strip(), admissible=tuple(dict.fromkeys(info["valid"])),
                     reward=reward, done=done, won=self._score >= WIN_SCORE, info=extra)
 
+    def _drop_vm(self) -> None:
+        _discard(self._vm)
+        self._vm = None
+
     def close(self) -> None:
-        if self._vm is not None:
-            _IDLE.append(self._vm)   # the VM outlives the episode: the worker's next ScienceWorld env takes it
+        if self._vm is not None:   # the VM outlives the episode: the worker's next ScienceWorld env takes it, if alive
+            (_IDLE.append if _alive(self._vm) else _discard)(self._vm)
             self._vm = None
 
 
