@@ -99,3 +99,25 @@ def _default_placement():
     from agentprm.models import device
 
     device._placement, device._training = None, ("no", False)
+
+
+MINI_LOOP_ROWS = [("pi0", 1, None), ("pi1", 1, None), ("pi1", 2, None), ("pi1", 2, "beam2x1"),
+                  ("pi1", 2, "bon2-uniform"), ("pi1", 2, "beam2x1-uniform")]
+
+
+def run_mini_loop(tmp_path: Path, cfg: dict) -> tuple[Path, list[dict]]:
+    """Run `cfg` (a one-iteration loop config with `eval: {best_of_n: [2], beam_expand: 1}`) into tmp_path/run and
+    return the run folder and its results rows, checked to be greedy π0 and π1, Best-of-2 and beam 2x1 with Q1 and
+    the same two searches with a uniform critic."""
+    import json
+
+    import yaml
+
+    from agentprm.cli import main
+
+    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(cfg))
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(tmp_path / "loop.yaml"), "--run-dir", str(run)]) == 0
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert [(r["policy"], r["best_of_n"], r.get("search")) for r in rows] == MINI_LOOP_ROWS
+    return run, rows

@@ -241,6 +241,8 @@ def test_plain_format_shows_the_task_and_turns_only_and_is_saved_with_the_model(
     assert alfworld.startswith(f"Task: {TASK}\nStart: {INTRO}\nBefore: ") and "Room:" not in alfworld
     first = state_to_messages(play([])[0], fmt="plain")[1]["content"]
     assert first == f"Task: {TASK}\nNow: {INTRO}"                      # before the first step: no "Start:" line
+    turns = state_to_messages(state, fmt="turns", history_turns=0)[1]["content"]   # the observation is the state
+    assert turns.split("\n") == ["Task: Your task is to boil water.", "Now: open fridge -> The fridge is now open."]
     assert state_to_messages(play(SCRIPT)[3]) == state_to_messages(play(SCRIPT)[3], fmt="alfworld")  # the default
     cfg = PromptConfig(format="plain", system_prompt="You are a scientist.", history_turns=1)
     cfg.save(tmp_path)

@@ -18,7 +18,7 @@ def test_a_registered_env_is_made_by_name_and_unknown_ones_are_listed():
     assert isinstance(env, TextEnv) and env.reset().observation == "The counter shows 0."
     assert [env.step("add one").won, env.step("add one").won] == [False, True]
     assert get_env("alfworld").replayable and not get_env("test-counter-once").replayable
-    with pytest.raises(UserError, match="unknown environment 'nope'; known: alfworld, scienceworld, test-counter"):
+    with pytest.raises(UserError, match="unknown environment 'nope'; known: alfworld, scienceworld, sokoban, test-counter"):
         get_env("nope")
     with pytest.raises(ValueError, match="'test-counter' is registered already"):
         toy_env.register_env("test-counter")(toy_env.make_counter)

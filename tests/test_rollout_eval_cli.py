@@ -75,6 +75,8 @@ def test_eval_json_has_rate_ci_and_provenance(generated_tasks, tmp_path):
     episodes = list(iter_episodes(read_trajectories(tmp_path / "episodes.parquet")))
     assert {e.task_id: [int(e.won), 1] for e in episodes} == s["per_task"]
     assert sum(len(e.steps) for e in episodes) / len(episodes) == pytest.approx(s["mean_turns"])
+    assert sum(st.reward for e in episodes for st in e.steps) / len(episodes) == pytest.approx(s["mean_return"])
+    assert s["mean_return"] == pytest.approx(s["success_rate"])   # ALFWorld rewards the win alone
     assert all(e.policy == "expert" and e.steps[-1].done for e in episodes)
 
 

@@ -163,3 +163,29 @@ def test_a_vm_that_died_is_replaced_not_reused(tasks):
     other = sw.ScienceWorldTextEnv(tasks[1], max_steps=10)
     assert other.reset().task and other._vm is not idle and idle not in sw._IDLE
     other.close()
+
+
+@pytest.mark.slow
+def test_the_whole_loop_runs_on_scienceworld_from_a_config(tmp_path):
+    """Issue 29: ScienceWorld through every stage of one AgentPRM iteration at miniature size — task folders from its
+    own splits, π0 SFT'd on gold-path demos, rollouts, targets from partial credit, the PRM, online DPO, and the evals
+    with Best-of-N and beam search beside their uniform-critic controls; the rows carry the mean return (partial
+    credit) beside success."""
+    from conftest import run_mini_loop
+
+    from agentprm.data.trajectories import iter_episodes, read_trajectories
+    from agentprm.eval.play import EvalRow
+
+    run, rows = run_mini_loop(tmp_path, {
+        "seed": 0, "iterations": 1, "tasks": {"env": "scienceworld", "train": 2, "eval": 2, "types": SHORT},
+        "policy0": {"retrain": True, "sft": {"steps": 10, "renumber_copies": 0, "prompt": {"format": "plain"}}},
+        "rollout": {"per_task": 2, "max_steps": 4, "num_envs": 4, "workers": 2},
+        "prm": {"epochs": 1}, "policy": {"steps": 2, "batch_size": 4},
+        "eval": {"max_steps": 4, "best_of_n": [2], "beam_expand": 1}})
+    rollouts = list(iter_episodes(read_trajectories(run / "iter_1" / "rollouts")))
+    assert len(rollouts) == 4 and {e.task_type for e in rollouts} <= set(SHORT)
+    for r in rows:   # the mean return is the partial credit the row's kept episodes earned
+        stage = EvalRow(r["policy"], r["iteration"], r["best_of_n"], r.get("search", "")).stage
+        kept = list(iter_episodes(read_trajectories(run / "evals" / f"{stage}.parquet")))
+        assert r["episodes"] == len(kept) == 2
+        assert r["mean_return"] == pytest.approx(sum(s.reward for e in kept for s in e.steps) / 2)

@@ -42,7 +42,7 @@ TEMPLATE_TEXT = (SYSTEM_PROMPT, _START_OBSERVATION, REASON_MARK, ACTION_MARK,
                  "hot cool clean closed")
 
 
-FORMATS = ("alfworld", "plain")   # PromptConfig.format: what the user message holds besides the task and turns
+FORMATS = ("alfworld", "plain", "turns")   # PromptConfig.format: what the user message holds besides the task and turns
 
 
 def state_to_messages(state: AgentState, *, show_admissible: bool = False, history_turns: int = DEFAULT_HISTORY_TURNS,
@@ -51,7 +51,8 @@ def state_to_messages(state: AgentState, *, show_admissible: bool = False, histo
     besides the current one (at most RECENT_TURNS - 1 are kept). `fmt` "alfworld" adds the memory parsed from
     ALFWorld's text (Holding, Found, Room, Location); "plain" shows the task, the first observation ("Start:", once
     the episode has moved on) and the turns, for an environment whose text the ALFWorld parser does not read
-    (ScienceWorld, your own)."""
+    (ScienceWorld, your own); "turns" the task and the turns alone, for one whose observation shows its whole
+    state (Sokoban's grid)."""
     if fmt not in FORMATS:
         raise ValueError(f"prompt format {fmt!r}: expected one of {', '.join(FORMATS)}")
     # ALFWorld's welcome text repeats the task and the room, both shown above it; plain shows what the env said
@@ -62,8 +63,8 @@ def state_to_messages(state: AgentState, *, show_admissible: bool = False, histo
         found = ", ".join(f"{o} at {r} (here)" if r == state.location else f"{o} at {r}" for o, r in state.sightings())
         memory = [f"Holding: {held or 'nothing'}", f"Found: {found or 'nothing'}", f"Room: {_room(state)}",
                   f"Location: {state.location or 'none'}"]
-    else:   # plain: where the episode began, once it has moved on
-        memory = [f"Start: {state.first_observation}"] if state.recent else []
+    else:   # plain: where the episode began, once it has moved on; turns: nothing
+        memory = [f"Start: {state.first_observation}"] if state.recent and fmt == "plain" else []
     lines = [
         f"Task: {state.task}",
         *memory,

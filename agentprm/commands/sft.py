@@ -22,8 +22,9 @@ def register(sub) -> None:
                    help=f"earlier turns shown in the prompt (default {PromptConfig.history_turns})")
     p.add_argument("--show-admissible", action="store_true", help="list the admissible commands in the prompt")
     p.add_argument("--prompt-format", choices=FORMATS, default=PromptConfig.format,
-                   help="alfworld: the task, ALFWorld's parsed memory and the turns; plain: the task and the turns "
-                        "(other environments)")
+                   help="alfworld: the task, ALFWorld's parsed memory and the turns; plain: the task, the first "
+                        "observation and the turns (other environments); turns: the task and the turns (an "
+                        "observation that shows the whole state, e.g. Sokoban)")
     p.add_argument("--system-prompt", default=PromptConfig.system_prompt, metavar="TEXT",
                    help=f"the system message (default {PromptConfig.system_prompt!r})")
     add_device_flags(p)

@@ -32,6 +32,9 @@ def _rate(episodes: Sequence) -> dict:
     wins = sum(e.won for e in episodes)
     n = len(episodes)
     return {**rate(wins, n), "successes": wins, "mean_turns": sum(len(e.steps) for e in episodes) / n if n else 0.0,
+            # the episode's summed reward: success where the only reward is the win (ALFWorld, Sokoban), the
+            # partial credit reached where an env scores progress (ScienceWorld: final score / 100)
+            "mean_return": sum(s.reward for e in episodes for s in e.steps) / n if n else 0.0,
             "errors": sum(bool(e.error) for e in episodes)}
 
 
@@ -111,15 +114,19 @@ def per_seed_cell(r: dict) -> str:
 
 
 def print_table(summary: dict, title: str = "") -> None:
-    """Success per task type and overall; an `errors` column (episodes whose env failed: a broken game, a lost
-    worker — counted as failures above) whenever there are any."""
+    """Success per task type and overall; a `mean return` column where episodes earn more than their win (partial
+    credit: ScienceWorld), and an `errors` column (episodes whose env failed: a broken game, a lost worker — counted
+    as failures above) whenever there are any."""
     table = Table(title=escape(title))   # a path's '[...]' is text, not rich markup
     errors = bool(summary.get("errors"))
-    for col in ("task type", "episodes", "success", "95% CI", "mean turns") + (("errors",) if errors else ()):
+    partial = abs(summary.get("mean_return", summary["success_rate"]) - summary["success_rate"]) > 1e-9
+    for col in (("task type", "episodes", "success", "95% CI", "mean turns") + (("mean return",) if partial else ())
+                + (("errors",) if errors else ())):
         table.add_column(col, justify="left" if col == "task type" else "right")
     rows = list(summary["by_type"].items()) + [("all", summary)]
     for name, r in rows:
         table.add_row(name, str(r["episodes"]), f"{100 * r['success_rate']:.1f}%",
                       f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}]", f"{r['mean_turns']:.1f}",
+                      *((f"{r['mean_return']:.3f}",) if partial else ()),
                       *((str(r.get("errors", "?")),) if errors else ()))
     Console().print(table)

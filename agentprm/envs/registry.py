@@ -23,6 +23,7 @@ from agentprm.envs.alfworld.engine import AlfWorldEnv
 from agentprm.envs.alfworld.generate import generate_tasks
 from agentprm.envs.base import TaskSpec, TextEnv
 from agentprm.envs.scienceworld import ScienceWorldTextEnv, generate_tasks as scienceworld_tasks_folder
+from agentprm.envs.sokoban import generate_tasks as sokoban_tasks_folder, make as make_sokoban
 from agentprm.errors import UserError
 from agentprm.registry import Registry
 
@@ -89,3 +90,6 @@ def alfworld(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
 def scienceworld(task: TaskSpec, max_steps: int, expert: bool) -> TextEnv:
     """ScienceWorld on its Java VM (envs/scienceworld.py; optional: `pip install 'agentprm[scienceworld]'`)."""
     return ScienceWorldTextEnv(task, max_steps=max_steps, expert=expert)
+
+
+register_env("sokoban", tasks=sokoban_tasks_folder)(make_sokoban)   # envs/sokoban.py: pure Python, replayable

@@ -27,11 +27,11 @@ so branching, beam search and the oracle can restore a state by replaying its co
 **Cost** (`python bench/scienceworld_env.py --num 6 --seed 0`, gold paths of 6 train tasks, 2 quiet cores): a Java
 VM per env slot (~230 MB; 1.3 s to start), kept by the worker process and reused by the slot's next episode (a VM
 that died — py4j "Answer from Java side is empty" — is dropped, never reused: the episode it died in errors, the
-next starts a new VM); a reset (load + reset) median 0.6 s; a step median 0.04 s; 97–1,102 valid commands per state (median 260).
+next starts a new VM); a reset (load + reset) median 0.6 s; a step median 0.04 s; 97–1,102 valid commands per
+state (median 260).
 """
 from __future__ import annotations
 
-import json
 import logging
 import random
 from dataclasses import replace
@@ -39,11 +39,9 @@ from functools import cache
 from pathlib import Path
 from typing import Sequence
 
-from agentprm.envs.alfworld.tasks import MANIFEST
+from agentprm.envs.alfworld.tasks import refuse_overwrite, write_manifest
 from agentprm.envs.base import TaskSpec, Turn
 from agentprm.errors import UserError
-from agentprm.io import write_text
-from agentprm.outputs import atomic_dir, owner_record
 
 SPLITS = {"train": "get_variations_train", "dev": "get_variations_dev", "test": "get_variations_test"}
 DEFAULT_SIMPLIFICATIONS = "easy"   # teleport, doors open, no electrical wiring, self-watering plants: the common setting
@@ -211,15 +209,11 @@ def generate_tasks(out_dir: str | Path, split: str, num: int, seed: int, types: 
     """A task folder of `num` ScienceWorld tasks (`scienceworld_tasks`; split "eval" is ScienceWorld's test split):
     its tasks.jsonl only, written atomically into `out_dir` — absent, empty, or (with `force`) a task folder agentprm
     wrote. The registry's task generator for env "scienceworld" (`workers`, `progress`: nothing to parallelise)."""
-    out_dir = Path(out_dir)
-    if owner_record(out_dir) and (out_dir / MANIFEST).exists() and not force:
-        raise UserError(f"{out_dir / MANIFEST} already exists; choose another --out or pass --force to replace the "
-                        "folder agentprm generated there")
+    refuse_overwrite(Path(out_dir), force)
     split = "test" if split == "eval" else split
     tasks = [replace(t, seed=seed) for t in scienceworld_tasks(split, num, seed, list(types) if types else None)]
     if len(tasks) < num:
         raise UserError(f"--num {num}: ScienceWorld's {split} split has {len(tasks)} variations of "
                         f"{'these types' if types else 'its task types'}")
-    with atomic_dir(out_dir, kind="tasks") as tmp:
-        write_text(tmp / MANIFEST, "".join(json.dumps(t.to_row(tmp)) + "\n" for t in tasks))
+    write_manifest(out_dir, tasks, force)
     return tasks

@@ -64,4 +64,5 @@ class EvalRow:
         return {"policy": self.policy, "iteration": self.iteration, "best_of_n": self.best_of_n,
                 **({"search": self.search} if self.search else {}),
                 "success_rate": summary["success_rate"], "ci95": summary["ci95"], "episodes": summary["episodes"],
-                "by_type": summary["by_type"], **({"per_task": summary["per_task"]} if "per_task" in summary else {})}
+                "by_type": summary["by_type"], **({"per_task": summary["per_task"]} if "per_task" in summary else {}),
+                **({"mean_return": summary["mean_return"]} if "mean_return" in summary else {})}

@@ -46,6 +46,8 @@ class TasksConfig:
 class Policy0Config:
     path: str | None = None         # π0 folder; None = the bundled default policy
     retrain: bool = False           # SFT π0 from expert demos of the train tasks instead
+    demo_tasks: int = 0             # retrain: the expert's demos of the first this-many games of the generated train
+                                    # split instead (a superset of the loop's train tasks; 0 = the train tasks)
     sft: SFTConfig = field(default_factory=SFTConfig)   # how (policy/sft.py; `agentprm sft` has the same flags);
                                     # algo sft also fine-tunes each π_i for `sft.epochs` passes
 

@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentprm.agent.checkpoint import save_policy
-from agentprm.envs.alfworld.generate import generate_tasks
-from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
-from agentprm.loop.stages import StageRunner
+from agentprm.loop.stages import StageRunner, generated_train_split
 from agentprm.policy.config import HackingConfig, PolicyUpdateConfig
 from agentprm.policy.update import UpdateContext, run_update
 from agentprm.prm.config import PrmConfig
@@ -38,11 +36,12 @@ class PolicyStage:
     gamma: float                    # the oracle's and the probe's discount (targets.gamma)
     steer_frac: float = 0.0         # exploration.steer_frac
     types: list[str] | None = None  # task types of the generated search split (tasks.types)
+    env: str = "alfworld"           # whose generator makes that split (tasks.env)
 
     @classmethod
     def of(cls, cfg: LoopConfig) -> PolicyStage:
         return cls(cfg.seed, cfg.policy, cfg.rollout, cfg.hacking, cfg.prm, cfg.targets.gamma,
-                   cfg.exploration.steer_frac, cfg.tasks.types)
+                   cfg.exploration.steer_frac, cfg.tasks.types, cfg.tasks.env)
 
 
 def update_policy(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, prm_dir: Path, rollouts: Path,
@@ -65,7 +64,8 @@ def update_policy(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, prm
         prm = load_prm(prm_dir) if c.critic == "prm" else UniformCritic(seed)
     search_tasks = train_tasks
     if c.method == "beam-distill" and c.search_tasks:
-        search_tasks = generated_train_split(cfg, stages, c.search_tasks, progress)
+        search_tasks = generated_train_split(stages, "search", cfg.env, c.search_tasks, cfg.seed, cfg.types,
+                                             r.workers, progress)
     detector = None
     if cfg.hacking.enabled:   # online DPO only (config check)
         detector, states = hacking_detector(cfg, stages, i, prev, policy, prm, prm_dir, states, train_tasks,
@@ -79,15 +79,6 @@ def update_policy(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, prm
         result.details.update(oracle_episodes=prm.episodes, oracle_errors=prm.errors)   # the bound's price
         prm.close()
     save_policy(policy.backend.model, policy.tokenizer, out, policy.prompt_cfg, merge=c.lora.merge, **result.meta())
-
-
-def generated_train_split(cfg: PolicyStage, stages: StageRunner, num: int, progress: bool = True) -> list:
-    """The first `num` games of the run's generated train split (game k does not depend on the split's size, so the
-    loop's `tasks.train` games are among them), as the resumable stage tasks/search."""
-    folder = stages.run("tasks_search", "tasks/search", lambda out: generate_tasks(
-        out, "train", num, cfg.seed, types=cfg.types, progress=progress,
-        workers=cfg.rollout.workers or os.cpu_count() or 1))
-    return load_tasks(folder, cfg.types)
 
 
 def hacking_detector(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, policy, prm, prm_dir: Path,

@@ -32,7 +32,7 @@ from agentprm.eval.paired import CONTROL, comparisons
 from agentprm.io import atomic_leftovers, provenance, write_json, write_text
 from agentprm.loop.algos import get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config, load_config
-from agentprm.loop.stages import MARKERS, StageRunner, run_lock
+from agentprm.loop.stages import MARKERS, StageRunner, generated_train_split, run_lock
 from agentprm.models.device import use_device
 from agentprm.outputs import check_claimable, claim_folder
 from agentprm.policy.update import UpdateResult
@@ -114,20 +114,24 @@ class Loop:
 
         return self.stages.run("policy_0", "policy_0", build)
 
-    def demos(self, train_tasks) -> Path:
-        """The hand-coded expert once per train task (200-step budget), as a resumable stage: π0's SFT data and
-        InversePRM's positives."""
+    def demos(self, tasks, name: str = "demos") -> Path:
+        """The hand-coded expert once per task (200-step budget), as the resumable stage <name>.parquet: π0's SFT
+        data and InversePRM's positives (of the train tasks)."""
         def build(out: Path) -> None:
-            episodes, _ = play_tasks(ExpertAgent(), train_tasks, per_task=1, seed=self.cfg.seed, max_steps=200,
+            episodes, _ = play_tasks(ExpertAgent(), tasks, per_task=1, seed=self.cfg.seed, max_steps=200,
                                      tag="expert", workers=self.cfg.rollout.workers, progress=self.progress)
             write_episodes_file(out, episodes)
 
-        return self.stages.run("demos", "demos.parquet", build)
+        return self.stages.run(name, f"{name}.parquet", build)
 
     def _sft(self, train_tasks, out: Path) -> None:
         from agentprm.policy.sft import train_sft
 
-        train_sft(self.demos(train_tasks), out, self.cfg.policy0.sft, seed=self.cfg.seed, progress=self.progress)
+        c, t = self.cfg.policy0, self.cfg.tasks
+        demos = self.demos(train_tasks) if not c.demo_tasks else self.demos(generated_train_split(
+            self.stages, "demos", t.env, c.demo_tasks, self.cfg.seed, t.types, self.cfg.rollout.workers,
+            self.progress), "demos_policy0")
+        train_sft(demos, out, c.sft, seed=self.cfg.seed, progress=self.progress)
 
     def evaluate(self, row, agent, eval_tasks, critic=None, beam: tuple[int, int] | None = None) -> dict:
         """The eval stage evals/<row.stage>.json (its episodes beside it, evals/<row.stage>.parquet) and its results

@@ -5,12 +5,15 @@ same result): no rollout is lost, none is counted twice."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.envs.registry import task_generator
 from agentprm.errors import UserError
 from agentprm.io import atomic_leftovers, write_json
 from agentprm.outputs import hold_lock
@@ -103,3 +106,13 @@ class StageRunner:
             return None
         source = self.reuse[0] / MARKERS / self.marker(name).name
         return source if source.exists() else None
+
+
+def generated_train_split(stages: StageRunner, name: str, env: str, num: int, seed: int, types=None,
+                          workers: int | None = None, progress: bool = True) -> list:
+    """The first `num` games of environment `env`'s generated train split for the run's seed, as the resumable
+    stage tasks/<name> (a generator's game k does not depend on how many it makes, so the loop's own `tasks.train`
+    games are the first of them): the larger pools of beam-distill's searches and π0's demos."""
+    folder = stages.run(f"tasks_{name}", f"tasks/{name}", lambda out: task_generator(env)(
+        out, "train", num, seed, types=types, progress=progress, workers=workers or os.cpu_count() or 1))
+    return load_tasks(folder, types)

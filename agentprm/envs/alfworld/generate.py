@@ -41,11 +41,11 @@ from typing import Iterable, Iterator, Sequence
 
 from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, AlfWorldEnv
 from agentprm.envs.alfworld.setup import TASK_TYPES, import_alfworld
-from agentprm.envs.alfworld.tasks import MANIFEST
+from agentprm.envs.alfworld.tasks import MANIFEST, refuse_overwrite
 from agentprm.envs.base import TaskSpec
 from agentprm.errors import UserError
 from agentprm.io import write_text
-from agentprm.outputs import atomic_dir, owner_record
+from agentprm.outputs import atomic_dir
 from agentprm.progress import progress_bar
 
 SPLITS = ("train", "eval")
@@ -553,9 +553,7 @@ def generate(out_dir: str | Path, split: str, num: int, seed: int, types: Sequen
     types = check_request(split, num, types)
     out_dir = Path(out_dir)
     check_space(out_dir, num)
-    if owner_record(out_dir) and (out_dir / MANIFEST).exists() and not force:
-        raise UserError(f"{out_dir / MANIFEST} already exists; choose another --out or pass --force to replace the "
-                        "folder agentprm generated there")
+    refuse_overwrite(out_dir, force)
     started = time.perf_counter()
     results: list[GameResult] = []
     with atomic_dir(out_dir, kind="tasks") as tmp, \

@@ -25,11 +25,29 @@ from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE
 from agentprm.envs.alfworld.setup import TASK_TYPES
 from agentprm.envs.base import TaskSpec
 from agentprm.errors import UserError
-from agentprm.io import read_text
+from agentprm.io import read_text, write_text
+from agentprm.outputs import atomic_dir, owner_record
 
 MANIFEST = "tasks.jsonl"
 REQUIRED = ("task_id", "task_type", "game")
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
+
+
+def refuse_overwrite(out_dir: Path, force: bool) -> None:
+    """A task generator's one-line refusal to replace a task folder agentprm wrote, unless `force` (a folder agentprm
+    did not write is refused by `atomic_dir` whatever `force` says)."""
+    if owner_record(out_dir) and (out_dir / MANIFEST).exists() and not force:
+        raise UserError(f"{out_dir / MANIFEST} already exists; choose another --out or pass --force to replace the "
+                        "folder agentprm generated there")
+
+
+def write_manifest(out_dir: str | Path, tasks: list[TaskSpec], force: bool = False) -> None:
+    """A task folder that is its tasks.jsonl alone (an env whose games are names or level strings, not folders),
+    written atomically into `out_dir`: absent, empty, or (with `force`) a task folder agentprm wrote."""
+    out_dir = Path(out_dir)
+    refuse_overwrite(out_dir, force)
+    with atomic_dir(out_dir, kind="tasks") as tmp:
+        write_text(tmp / MANIFEST, "".join(json.dumps(t.to_row(tmp)) + "\n" for t in tasks))
 
 
 def check_types(types, known=TASK_TYPES) -> tuple[str, ...]:
