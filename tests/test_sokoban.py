@@ -175,3 +175,26 @@ def test_the_whole_loop_runs_on_sokoban_from_a_config(tmp_path):
     rollouts = list(iter_episodes(read_trajectories(run / "iter_1" / "rollouts")))
     assert len(rollouts) == 6 and all(s.action in ("up", "down", "left", "right") for e in rollouts for s in e.steps)
     assert all(r["episodes"] == 4 and r["mean_return"] == r["success_rate"] for r in rows)   # reward: the solve
+
+    # scripts/sokoban_dead_ends.py labels every move of greedy π1's eval episodes with the solver and scores it by Q1
+    dead_ends = _script("sokoban_dead_ends")
+    dead_ends.main(["--runs", str(run), "--boot", "20", "--json", str(tmp_path / "dead.json")])
+    found = json.loads((tmp_path / "dead.json").read_text())["pooled"]
+    steps = sum(len(e.steps) for e in iter_episodes(read_trajectories(run / "evals" / "pi1.parquet")))
+    assert found["solvable"] + found["lost"] == steps and found["safe"] + found["fatal"] == found["solvable"]
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dead_end_auc_counts_ties_half_and_matches_every_pair():
+    auc = _script("sokoban_dead_ends").auc
+    assert auc([0.9, 0.5, 0.3], [0.4, 0.5]) == pytest.approx(3.5 / 6)     # pairs by hand: 1, 1, 1, ½, 0, 0
+    assert auc([1.0, 2.0], [0.0]) == 1.0 and auc([0.0], [1.0, 2.0]) == 0.0 and auc([1.0], [1.0]) == 0.5
