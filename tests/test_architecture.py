@@ -146,12 +146,12 @@ def test_the_cycle_check_sees_a_cycle(tmp_path):
 
 
 # Imports inside functions are for what is slow to import and not needed by every caller: torch and what loads it,
-# Ray, vLLM's client, the ALFWorld engine, ScienceWorld's (optional), matplotlib, scipy, pyarrow, the optional trackers (for `--help`, configs and
+# Ray, vLLM's client, the ALFWorld engine, ScienceWorld's and its py4j bridge (optional), matplotlib, scipy, pyarrow, the optional trackers (for `--help`, configs and
 # the model-free commands). A command module (and cli.py) imports its implementation when it runs: that is what keeps `agentprm
 # --help` to the parser (tests/test_cli_help.py). Anything else belongs at the top of the module.
 LAZY_DEPENDENCIES = {"torch", "transformers", "peft", "accelerate", "ray", "vllm", "httpx", "alfworld", "textworld",
                      "fast_downward", "matplotlib", "scipy", "pyarrow", "mlflow", "wandb", "tensorboard", "selenium",
-                     "safetensors", "scienceworld"}
+                     "safetensors", "scienceworld", "py4j"}
 LAZY_MODULES = ("agentprm.commands", "agentprm.cli")
 
 

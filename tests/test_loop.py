@@ -311,7 +311,7 @@ def test_config_errors_name_the_field(tmp_path, capsys):
                         ("policy: {method: beam-distill, search_width: 0}", "policy.search_width"),
                         ("{policy: {method: beam-distill}, hacking: {enabled: true}}", "policy.method"),
                         ("policy: {search_tasks: 100}", "policy.search_tasks"),
-                        ("tasks: {env: sokoban}", "tasks.env")):
+                        ("tasks: {env: nethack}", "tasks.env")):
         bad.write_text(text + "\n")
         assert main(["loop", "--config", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
         err = capsys.readouterr().err
