@@ -17,7 +17,7 @@ from agentprm.errors import UserError
 # read-only file system. Atomic writes (io.atomic_path) leave nothing half-written when they strike.
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
 COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve",
-            "serve_prm", "view"]
+            "serve_prm", "view", "reason"]
 
 
 class OneLineErrors(argparse.ArgumentParser):

@@ -42,7 +42,8 @@ _BY_NAME = {
                  "max_steps", "num_envs", "workers", "branch_probe", "continuation_states", "continuation_candidates",
                  "samples_per_state", "search_width", "search_expand", "search_per_task", "episodes_per_task",
                  "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size", "concurrency",
-                 "replicas", "best_of", "num", "max_model_len", "max_new_tokens", "report_every"),
+                 "replicas", "best_of", "num", "max_model_len", "max_new_tokens", "report_every", "min_steps", "digits",
+                 "per_problem", "prompts", "group", "ppo_epochs", "samples"),
     PORT: ("port",),
     SEED: ("seed",),
     THREADS: ("threads",),
@@ -50,16 +51,21 @@ _BY_NAME = {
                  "checkpoint_every_s", "r", "branches",
                  "max_errors", "candidates", "min_margin", "search_tasks", "demo_tasks", "beam_width", "spro_beta", "entropy_coef",
                  "probe_episodes", "prm_rise", "std_rise", "max_kl", "temperature", "bon_temperature",
-                 "delta", "retries", "gigpo_omega", "top_k", "prior_weight"),
-    POSITIVE: ("lr", "beta", "alpha", "clip", "epochs", "timeout_s", "timeout"),
-    UNIT: ("gamma", "gigpo_gamma", "shaping_alpha", "reset_frac", "steer_frac"),
+                 "delta", "retries", "gigpo_omega", "top_k", "prior_weight", "prime_outcome_coef",
+                 "prime_process_coef", "eval_every", "zeta"),
+    POSITIVE: ("lr", "beta", "alpha", "clip", "epochs", "timeout_s", "timeout", "prime_lr"),
+    UNIT: ("gamma", "gigpo_gamma", "shaping_alpha", "reset_frac", "steer_frac", "merge", "noisy", "filter_low",
+           "filter_high"),
     PROBABILITY_MASS: ("top_p",),
     UNIT_HALF_OPEN: ("dropout", "heldout_frac"),
     CORRELATION: ("min_spearman",),
 }
 RULES: dict[str, Range] = {name: rule for rule, names in _BY_NAME.items() for name in names}
 # Where a section means something else by a name: SFT's epochs = 0 (and then its steps) select the other schedule.
-OVERRIDES: dict[str, Range] = {"SFTConfig.epochs": AT_LEAST_0, "SFTConfig.steps": AT_LEAST_0}
+OVERRIDES: dict[str, Range] = {"SFTConfig.epochs": AT_LEAST_0, "SFTConfig.steps": AT_LEAST_0,
+                               "ReasonRLConfig.group": Range(2),        # a group compares its responses
+                               "ReasonRLConfig.beta": AT_LEAST_0,       # β = 0: SPRO is GRPO
+                               "ChainConfig.digits": Range(1, 6)}
 
 
 def rule_for(section: type, name: str) -> Range | None:

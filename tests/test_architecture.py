@@ -18,6 +18,7 @@ LAYERS = [
     ("search",),                    # test-time search with a critic: Best-of-N, beam
     ("policy",),                    # stage 3: policy updates
     ("eval",),                      # paired statistics
+    ("reason",),                    # verifiable reasoning: problems, checkers, step labels, step PRMs, token-level RL
     ("loop",),                      # the iteration, algorithms, sweeps
     ("view",),                      # the run viewer: a run folder as one HTML page
     ("commands", "cli", "__main__"),

@@ -49,6 +49,10 @@ BASE = {
     "serve": ["serve", "--policy", "p"],
     "serve-prm": ["serve-prm", "--prm", "q"],
     "view": ["view", "r"],
+    "reason problems": ["reason", "problems", "--out", "p.jsonl", "--split", "train", "--num", "1"],
+    "reason sft": ["reason", "sft", "--problems", "p", "--out", "o"],
+    "reason eval": ["reason", "eval", "--model", "m", "--problems", "p"],
+    "reason rl": ["reason", "rl", "--model", "m", "--problems", "p", "--out", "o"],
 }
 
 

@@ -18,7 +18,7 @@ the end-of-reply token. Plain `tokenizer(text)` adds no special tokens.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -73,13 +73,21 @@ def env_text() -> list[str]:
 
 def build_tokenizer(extra_text: Iterable[str] = ()) -> PreTrainedTokenizerFast:
     """The word-level tokenizer over `env_text()` plus `extra_text` (e.g. the words of templated reasons)."""
-    split = pre_tokenizers.Split(Regex(_WORD_RE), behavior="removed", invert=True)  # keep the matches
-    words = {w for text in [*env_text(), *extra_text] for w, _ in split.pre_tokenize_str(text)}
+    return word_level_tokenizer([*env_text(), *extra_text])
+
+
+def word_level_tokenizer(texts: Iterable[str], pattern: str = _WORD_RE,
+                         decode_fixes: Sequence[tuple[str | Regex, str]] = ()) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer whose vocabulary is every piece of `texts` that `pattern` matches (the specials and
+    "\\n" first, then the pieces sorted); decoding joins pieces with spaces, then applies the module's fixes and
+    `decode_fixes` (reason/model.py: digits as pieces, joined back into numbers)."""
+    split = pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)  # keep the matches
+    words = {w for text in texts for w, _ in split.pre_tokenize_str(text)}
     vocab = {t: i for i, t in enumerate([*SPECIAL_TOKENS, NEWLINE, *sorted(words - {NEWLINE})])}
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = split
     core.decoder = decoders.Sequence([decoders.WordPiece(prefix="##", cleanup=False), decoders.Fuse(),
-                                      *(decoders.Replace(a, b) for a, b in _DECODE_FIXES)])
+                                      *(decoders.Replace(a, b) for a, b in (*_DECODE_FIXES, *decode_fixes))])
     core.add_special_tokens(list(SPECIAL_TOKENS))
     return PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD,
                                    unk_token=UNK, additional_special_tokens=list(ROLE_TOKENS),

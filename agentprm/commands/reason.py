@@ -1,0 +1,165 @@
+"""`agentprm reason`: verifiable multi-step reasoning (agentprm/reason/, docs/reasoning.md).
+
+    agentprm reason problems --split train --num 4000 --out train.jsonl      # generated chain arithmetic
+    agentprm reason sft --problems train.jsonl --out reasoner                 # a tiny reasoner from worked solutions
+    agentprm reason eval --model reasoner --problems eval.jsonl               # accuracy, and step errors if checkable
+    agentprm reason rl --model reasoner --problems train.jsonl --eval-problems eval.jsonl --algo spro --out spro
+
+A problems file is JSONL ("question", "answer", optional "id"): yours (GSM8K-style, judged by --checker) or
+generated. Any Hugging Face causal LM folder works as --model (SFT: --model DIR)."""
+from __future__ import annotations
+
+from agentprm.commands.common import (add_common, add_config_flags, add_device_flags, config_from_args,
+                                      write_summary)
+from agentprm.outputs import declare
+from agentprm.reason.config import ALGOS, ChainConfig, ReasonerConfig, ReasonRLConfig
+
+CHECKER_HELP = "final-answer checker: numeric, exact, or module:function (default numeric)"
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("reason", help="verifiable reasoning: problems, a reasoner, token-level process RL",
+                            description=__doc__)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    p = actions.add_parser("problems", help="generate chain-arithmetic problems (JSONL)")
+    p.add_argument("--out", required=True, metavar="FILE", help="problems file to write (JSONL)")
+    p.add_argument("--split", required=True, choices=("train", "eval"), help="train or eval (never share a problem)")
+    p.add_argument("--num", type=int, required=True, metavar="N", help="number of problems")
+    add_config_flags(p, ChainConfig)
+    add_common(p)
+    declare(p, {"out": "file"})
+    p.set_defaults(func=run_problems)
+
+    p = actions.add_parser("sft", help="train a reasoner on worked solutions of chain problems")
+    p.add_argument("--problems", required=True, metavar="FILE", help="chain problems (JSONL)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output model folder (replaced atomically)")
+    add_config_flags(p, ReasonerConfig)
+    add_device_flags(p)
+    add_common(p)
+    declare(p, {"out": "model"}, inputs=("problems",))
+    p.set_defaults(func=run_sft)
+
+    p = actions.add_parser("eval", help="accuracy of a reasoner (and where its steps go wrong, on chain problems)")
+    p.add_argument("--model", required=True, metavar="DIR", help="a reasoner or any HF causal LM folder")
+    p.add_argument("--problems", required=True, metavar="FILE", help="problems (JSONL)")
+    p.add_argument("--samples", type=int, default=1, metavar="N", help="solutions per problem (default 1)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--max-new-tokens", type=int, default=160, metavar="N", help="a solution's token budget")
+    p.add_argument("--checker", default="numeric", metavar="NAME", help=CHECKER_HELP)
+    p.add_argument("--out", metavar="FILE", help="also write every solution with its verdict (JSONL)")
+    add_device_flags(p)
+    add_common(p)
+    declare(p, {"out": "file"}, inputs=("model", "problems"))
+    p.set_defaults(func=run_eval)
+
+    p = actions.add_parser("rl", help="token-level process RL: SPRO, GRPO or PRIME")
+    p.add_argument("--model", required=True, metavar="DIR", help="the initial policy (also SPRO's frozen π_ref)")
+    p.add_argument("--problems", required=True, metavar="FILE", help="training problems (JSONL)")
+    p.add_argument("--eval-problems", metavar="FILE", help="held-out problems for greedy accuracy during training")
+    p.add_argument("--out", required=True, metavar="DIR", help="output model folder (replaced atomically)")
+    p.add_argument("--checker", default="numeric", metavar="NAME", help=CHECKER_HELP)
+    add_config_flags(p, ReasonRLConfig, choices={"algo": ALGOS})
+    add_device_flags(p)
+    add_common(p)
+    declare(p, {"out": "model"}, inputs=("model", "problems", "eval_problems"))
+    p.set_defaults(func=run_rl)
+
+
+def run_problems(args) -> int:
+    from agentprm.reason.problems import chain_problems, write_problems
+
+    cfg = config_from_args(ChainConfig, args)
+    problems = chain_problems(args.split, args.num, args.seed, (cfg.min_steps, cfg.max_steps), cfg.digits, cfg.ops)
+    write_problems(args.out, problems)
+    print(f"{len(problems)} {args.split} problems -> {args.out}")
+    write_summary(args, {"problems": len(problems), "split": args.split, "chain": vars(cfg), "out": args.out})
+    return 0
+
+
+def run_sft(args) -> int:
+    from agentprm.errors import require
+    from agentprm.reason.model import train_reasoner
+    from agentprm.reason.problems import read_problems
+    from agentprm.reason.solutions import solution_mix
+
+    cfg = config_from_args(ReasonerConfig, args)
+    problems = read_problems(args.problems)
+    unchecked = next((p for p in problems if not p.checkable_steps), None)
+    require(unchecked is None, f"--problems {args.problems}: problem {getattr(unchecked, 'id', '')!r} has no chain: "
+            "worked solutions are written for chain problems only")
+    pairs = solution_mix(problems, args.seed, cfg.per_problem, cfg.merge, cfg.noisy)
+    _, _, metrics = train_reasoner(pairs, args.out, cfg, seed=args.seed)
+    print(f"trained {metrics['steps']} steps on {metrics['examples']} solutions in {metrics['seconds']:.0f} s, "
+          f"final loss {metrics['final_loss']:.3f}; wrote {args.out}")
+    write_summary(args, {k: v for k, v in metrics.items() if k != "loss_curve"})
+    return 0
+
+
+def run_eval(args) -> int:
+    import json
+    from collections import Counter
+
+    from agentprm.errors import require
+    from agentprm.io import write_text
+    from agentprm.reason.check import checker, final_answer, step_verdicts
+    from agentprm.reason.model import load_reasoner, sample
+    from agentprm.reason.problems import read_problems
+
+    require(args.samples >= 1, f"--samples must be >= 1 (got {args.samples})")
+    check = checker(args.checker)
+    problems = read_problems(args.problems)
+    model, tokenizer = load_reasoner(args.model)
+    texts = sample(model, tokenizer, problems, args.samples, args.temperature, args.seed, args.max_new_tokens)
+    rows, right, majority, clean = [], 0, 0, 0
+    for problem, solutions in zip(problems, texts):
+        ok = [check(problem, s) for s in solutions]
+        right += sum(ok)
+        votes = Counter(a for a in (final_answer(s) for s in solutions) if a is not None)
+        if votes:
+            top = votes.most_common(1)[0][0]
+            majority += check(problem, f"Answer: {top}")
+        for s, good in zip(solutions, ok):
+            row = {"id": problem.id, "solution": s, "correct": good}
+            if problem.checkable_steps:
+                row["first_error"] = step_verdicts(problem, s).first_error
+                clean += row["first_error"] is None
+            rows.append(row)
+    n = len(problems) * args.samples
+    summary = {"problems": len(problems), "samples": args.samples, "accuracy": round(right / n, 4),
+               "majority_accuracy": round(majority / len(problems), 4)}
+    if any(p.checkable_steps for p in problems):
+        summary["clean_steps"] = round(clean / sum(1 for r in rows if "first_error" in r), 4)
+    if args.out:
+        write_text(args.out, "".join(json.dumps(r) + "\n" for r in rows))
+    print(" ".join(f"{k} {v}" for k, v in summary.items()))
+    write_summary(args, summary)
+    return 0
+
+
+def run_rl(args) -> int:
+    from agentprm.io import write_json
+    from agentprm.outputs import atomic_dir
+    from agentprm.reason.check import checker
+    from agentprm.reason.model import load_reasoner
+    from agentprm.reason.problems import read_problems
+    from agentprm.reason.rl import train_rl
+
+    cfg = config_from_args(ReasonRLConfig, args)
+    cfg.check()
+    check = checker(args.checker)
+    problems = read_problems(args.problems)
+    held_out = read_problems(args.eval_problems) if args.eval_problems else []
+    model, tokenizer = load_reasoner(args.model)
+
+    def show(row: dict) -> None:
+        print(" ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+
+    rows = train_rl(model, tokenizer, problems, cfg, check, held_out, seed=args.seed, on_log=show)
+    with atomic_dir(args.out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / "agentprm.json", {"reason_rl": {"config": vars(cfg), "seed": args.seed, "log": rows}})
+    print(f"{cfg.algo}: {len(rows)} steps in {rows[-1]['seconds']:.0f} s; wrote {args.out}")
+    write_summary(args, {"algo": cfg.algo, "steps": len(rows), "log": rows})
+    return 0
