@@ -23,20 +23,7 @@ from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.sokoban import MOVES, move, parse_level, solve
 from agentprm.io import provenance, write_json
 from agentprm.prm.loading import load_prm
-
-
-def auc(safe: list[float], fatal: list[float]) -> float:
-    """P(a safe move's score > a fatal one's), ties counted half (the Mann-Whitney U over |safe|·|fatal|)."""
-    ranked = sorted([(v, 1) for v in safe] + [(v, 0) for v in fatal])
-    rank_sum, i = 0.0, 0
-    while i < len(ranked):   # average ranks over ties
-        j = i
-        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
-            j += 1
-        rank_sum += sum(1 for k in range(i, j) if ranked[k][1]) * (i + j + 1) / 2
-        i = j
-    n1, n0 = len(safe), len(fatal)
-    return (rank_sum - n1 * (n1 + 1) / 2) / (n1 * n0)
+from agentprm.prm.metrics import auc
 
 
 def labelled_moves(run: Path, row: str) -> list[tuple[str, float, bool, bool]]:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from agentprm.errors import UserError
-from agentprm.reason.check import checker, final_answer, numeric, step_verdicts
+from agentprm.reason.check import checker, final_answer, numeric, step_verdicts, steps
 from agentprm.reason.labels import mc_step_labels, prefix
 from agentprm.reason.metrics import expected_calibration_error, first_error_f1, predicted_first_error, reliability
 from agentprm.reason.problems import (Problem, chain_problem, chain_problems, read_problems, split_of,
@@ -77,7 +77,7 @@ def test_final_answer_checkers():
 @given(seed=st.integers(0, 10_000), merge=st.sampled_from([0.0, 0.5, 1.0]),
        error=st.sampled_from([None, *ERRORS]))
 def test_the_writer_and_the_checker_agree_on_where_the_first_error_is(seed, merge, error):
-    problem = chain_problems("train", 1, seed=seed, steps=(1, 5), digits=2)[0]
+    problem = chain_problems("train", 1, seed=seed, steps=(1, 5), digits=2, ops="+-*")[0]
     text, first_error = write_solution(problem, random.Random(seed), merge, error)
     verdict = step_verdicts(problem, text)
     assert verdict.first_error == first_error
@@ -91,7 +91,7 @@ def test_merging_changes_a_solutions_length_not_its_answer():
     short, _ = write_solution(P, random.Random(0), merge=1.0)
     assert long == "37 + 58 = 95\n95 - 21 = 74\n74 * 3 = 222\nAnswer: 222"
     assert short == "37 + 58 - 21 = 74\n74 * 3 = 222\nAnswer: 222"
-    mix = solution_mix(chain_problems("train", 200, seed=0), seed=0, noisy=0.25)
+    mix = solution_mix(chain_problems("train", 200, seed=0, ops="+-*"), seed=0, noisy=0.25)
     wrong = sum(step_verdicts(p, s).first_error is not None for p, s in mix)
     assert 30 <= wrong <= 70    # ~25% of 200 drawn with an error
 
@@ -283,3 +283,62 @@ def test_each_step_objective_learns_its_labels(reasoner_dir, loss):
         assert bad[1] < bad[0] and bad[1] < good[1]
     if loss == "bce":
         assert bad[1] < 0.3 < 0.7 < min(good)
+
+
+# ------------------------------------------------------------------------------------------- the CLI, end to end
+from agentprm.cli import main  # noqa: E402
+from agentprm.reason.model import HFCompleter, load_reasoner, sample  # noqa: E402
+
+
+def test_the_reason_commands_end_to_end(tmp_path, capsys):
+    """problems → sft → eval → rl for each method, with their JSON summaries; bad input refused in one line."""
+    train, test = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    assert main(["reason", "problems", "--split", "train", "--num", "60", "--out", str(train), "--seed", "3"]) == 0
+    assert main(["reason", "problems", "--split", "eval", "--num", "10", "--out", str(test), "--max-steps", "2"]) == 0
+    assert [p.question for p in read_problems(train)] == [p.question for p in chain_problems("train", 60, seed=3)]
+    assert main(["reason", "problems", "--split", "eval", "--num", "10", "--out", str(test)]) == 2   # not ours
+    model = tmp_path / "reasoner"
+    assert main(["reason", "sft", "--problems", str(train), "--out", str(model), "--steps", "8", "--batch-size", "8",
+                 "--json", str(tmp_path / "sft.json")]) == 0
+    assert json.loads((tmp_path / "sft.json").read_text())["steps"] == 8
+    assert main(["reason", "eval", "--model", str(model), "--problems", str(test), "--samples", "3", "--temperature",
+                 "1", "--out", str(tmp_path / "solutions.jsonl"), "--json", str(tmp_path / "eval.json")]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "solutions.jsonl").read_text().splitlines()]
+    summary = json.loads((tmp_path / "eval.json").read_text())
+    assert len(rows) == 30 and summary["accuracy"] == sum(r["correct"] for r in rows) / 30
+    assert all("first_error" in r for r in rows)
+    for algo in ("grpo", "spro", "prime"):
+        out = tmp_path / algo
+        assert main(["reason", "rl", "--model", str(model), "--problems", str(train), "--eval-problems", str(test),
+                     "--algo", algo, "--steps", "2", "--prompts", "2", "--group", "3", "--max-new-tokens", "6",
+                     "--out", str(out), "--json", str(tmp_path / f"{algo}.json")]) == 0
+        log = json.loads((tmp_path / f"{algo}.json").read_text())["log"]
+        assert [r["step"] for r in log] == [1, 2] and "eval_accuracy" in log[-1]
+        assert json.loads((out / "agentprm.json").read_text())["reason_rl"]["config"]["algo"] == algo
+    capsys.readouterr()
+    gsm = tmp_path / "gsm.jsonl"
+    gsm.write_text('{"question": "How many?", "answer": 4}\n')
+    assert main(["reason", "sft", "--problems", str(gsm), "--out", str(tmp_path / "x")]) == 2
+    assert "has no chain" in capsys.readouterr().err
+    assert main(["reason", "eval", "--model", str(model), "--problems", str(gsm), "--checker", "nope"]) == 2
+    assert "unknown answer checker 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_step_labels_from_a_real_policy_and_a_step_prm_judged_by_first_error_f1(reasoner_dir):
+    """The step-PRM pipeline in miniature: π's own solutions, MC labels from its completions, a PRM, its F1."""
+    model, tok = load_reasoner(reasoner_dir)
+    problems = chain_problems("train", 6, seed=5)
+    solutions = [s[0] for s in sample(model, tok, problems, 1, 1.0, seed=0, max_new_tokens=24)]
+    labels = mc_step_labels(problems, solutions, HFCompleter(model, tok, 1.0, max_new_tokens=24), 2,
+                            checker("numeric"), seed=1)
+    for s, lab in zip(solutions, labels):
+        assert len(lab.soft) == len(steps(s)) and all(v in (0.0, 0.5, 1.0) for v in lab.soft)
+    examples = [StepExample(p, tuple(steps(s)), lab.soft, lab.hard, lab.soft[-1])
+                for p, s, lab in zip(problems, solutions, labels) if steps(s)]
+    prm = StepPRM.from_reasoner(reasoner_dir, seed=0)
+    train_step_prm(prm, examples, StepPRMConfig(steps=3, batch_size=4), seed=0)
+    scores = prm.step_scores(problems, solutions)
+    truth = [step_verdicts(p, s).first_error for p, s in zip(problems, solutions)]
+    score = first_error_f1(scores, truth)
+    assert score.n_error + score.n_correct == 6 and 0.0 <= score.f1 <= 1.0

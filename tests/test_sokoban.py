@@ -195,6 +195,7 @@ def _script(name: str):
 
 
 def test_the_dead_end_auc_counts_ties_half_and_matches_every_pair():
-    auc = _script("sokoban_dead_ends").auc
+    from agentprm.prm.metrics import auc
+
     assert auc([0.9, 0.5, 0.3], [0.4, 0.5]) == pytest.approx(3.5 / 6)     # pairs by hand: 1, 1, 1, ½, 0, 0
     assert auc([1.0, 2.0], [0.0]) == 1.0 and auc([0.0], [1.0, 2.0]) == 0.0 and auc([1.0], [1.0]) == 0.5

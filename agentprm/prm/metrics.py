@@ -51,3 +51,18 @@ def pairwise_accuracy(pred: Sequence[float], target: Sequence[float], groups: Se
                     n += 1
                     right += 1.0 if pred[i] > pred[j] else 0.5 if pred[i] == pred[j] else 0.0
     return (right / n if n else None), n
+
+
+def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """The area under the ROC curve: P(a positive's score > a negative's), ties counted half (the Mann-Whitney U
+    over |positive|·|negative|). 0.5 for a score that cannot tell them apart."""
+    ranked = sorted([(v, 1) for v in positive] + [(v, 0) for v in negative])
+    rank_sum, i = 0.0, 0
+    while i < len(ranked):   # average ranks over ties
+        j = i
+        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
+            j += 1
+        rank_sum += sum(1 for k in range(i, j) if ranked[k][1]) * (i + j + 1) / 2
+        i = j
+    n1, n0 = len(positive), len(negative)
+    return (rank_sum - n1 * (n1 + 1) / 2) / (n1 * n0)

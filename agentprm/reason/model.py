@@ -29,6 +29,7 @@ from agentprm.policy.sft import IGNORE, Example, sft_loss
 from agentprm.reason.check import ANSWER_PREFIX
 from agentprm.reason.config import ReasonerConfig
 from agentprm.reason.problems import OP_WORDS, Problem
+from agentprm.reason.solutions import solution_mix
 from agentprm.train.core import train
 
 DIGIT_PATTERN = r"\n|\d|[^\W\d]+|[^\w\s]"
@@ -88,6 +89,15 @@ def train_reasoner(pairs: Sequence[tuple[Problem, str]], out_dir: str | Path | N
 
 def load_reasoner(path: str | Path):
     return load_causal_lm(path), load_tokenizer(path)
+
+
+def reasoner_for(folder: str | Path, problems: Sequence[Problem], cfg: ReasonerConfig, seed: int,
+                 progress: bool = True):
+    """The reasoner SFT'd on worked solutions of `problems` (solutions.py `solution_mix` with the config's mix),
+    trained into `folder` unless a finished one is there already (a study resumes past it); loaded."""
+    if not (Path(folder) / CONFIG_FILE).is_file():
+        train_reasoner(solution_mix(problems, seed, cfg.per_problem, cfg.merge, cfg.noisy), folder, cfg, seed, progress)
+    return load_reasoner(folder)
 
 
 class HFCompleter:

@@ -28,10 +28,12 @@ from typing import Sequence
 
 from agentprm.errors import UserError, require
 from agentprm.io import read_text, write_text
+from agentprm.reason.config import ChainConfig
 
 OPS = "+-*"
 OP_WORDS = {"+": "Add {}.", "-": "Subtract {}.", "*": "Multiply by {}."}
 SPLITS = ("train", "eval")
+DEFAULTS = ChainConfig()
 _EVAL_BUCKETS = 5   # a question is eval's when the hash of its text is 0 modulo this, train's otherwise
 
 
@@ -73,9 +75,9 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
-def chain_problems(split: str, n: int, seed: int = 0, steps: tuple[int, int] = (2, 4), digits: int = 2,
-                   ops: str = OPS) -> list[Problem]:
-    """`n` distinct problems of `split`, the same for the same arguments."""
+def chain_problems(split: str, n: int, seed: int = 0, steps: tuple[int, int] = (DEFAULTS.min_steps, DEFAULTS.max_steps),
+                   digits: int = DEFAULTS.digits, ops: str = DEFAULTS.ops) -> list[Problem]:
+    """`n` distinct problems of `split`, the same for the same arguments (defaults: `ChainConfig`'s)."""
     require(split in SPLITS, f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     require(1 <= steps[0] <= steps[1], f"steps must be a range min..max with 1 <= min <= max, not {steps}")
     require(1 <= digits <= 6, f"digits must be 1..6, not {digits}")

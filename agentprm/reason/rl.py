@@ -133,10 +133,16 @@ def _sample(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLConfig, 
     return Batch(groups, sum(right) / len(right), sum(lengths) / len(lengths))
 
 
+def greedy_outcomes(model, tokenizer, problems: Sequence[Problem], check, max_new_tokens: int = 160) -> dict[str, bool]:
+    """Whether the greedy solution of each problem is right, by problem id."""
+    outs = HFCompleter(model, tokenizer, 0.0, max_new_tokens).complete(problems, [""] * len(problems), 1, 0)
+    return {p.id: bool(check(p, o[0])) for p, o in zip(problems, outs)}
+
+
 def accuracy(model, tokenizer, problems: Sequence[Problem], check, max_new_tokens: int = 160) -> float:
     """Greedy accuracy."""
-    outs = HFCompleter(model, tokenizer, 0.0, max_new_tokens).complete(problems, [""] * len(problems), 1, 0)
-    return sum(check(p, o[0]) for p, o in zip(problems, outs)) / len(problems)
+    outcomes = greedy_outcomes(model, tokenizer, problems, check, max_new_tokens)
+    return sum(outcomes.values()) / len(outcomes)
 
 
 def train_rl(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLConfig, check: Callable[[Problem, str], bool],

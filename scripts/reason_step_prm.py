@@ -1,0 +1,183 @@
+"""Step PRMs on generated chain arithmetic (issue 31; docs/results.md "Reasoning"): BCE vs PQM on the same
+Monte-Carlo step labels, judged against the checker's ground truth, and PRM-guided Best-of-N against majority vote
+and an outcome reward model at equal samples.
+
+    python scripts/reason_step_prm.py --out runs/reason-prm --seeds 0 1 2 [--reasoners runs/reason-rl]
+
+Per seed: the SFT reasoner π (from --reasoners/seed<s>/reasoner when there, else trained here, as
+scripts/reason_rl.py does); one sampled solution of each of --label-problems train problems, labelled by K
+completions from every step prefix (labels.py); step PRMs from π's backbone trained on them with `bce` (soft labels),
+`bce` (hard labels), `pqm`, and an `orm` (outcome only). On --samples solutions sampled from π for each eval problem:
+
+- first-error F1 (ProcessBench: threshold 0.5) against the checker's first wrong line, over the solutions π writes
+  (their natural mix of right and wrong), and the same on a balanced draw (as many right as wrong solutions);
+- calibration of the step scores: ECE against the checker's truth "no wrong line up to here", and against
+  held-out Monte-Carlo labels of --calibration eval solutions (what the PRM is trained to estimate);
+- Best-of-N accuracy for N = 1, 2, 4, ... --samples: each PRM under min / last / product aggregation, the ORM,
+  majority vote over final answers, and a random pick; paired CIs (over problems, seeds as strata) at the largest N.
+
+Resumable: a seed's labels, PRMs' scores and results are kept and skipped when present.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from agentprm.eval.paired import paired_difference
+from agentprm.io import provenance, write_json, write_text
+from agentprm.reason.check import checker, final_answer, step_verdicts, steps
+from agentprm.reason.config import ChainConfig, ReasonerConfig, StepPRMConfig
+from agentprm.reason.labels import mc_step_labels
+from agentprm.reason.metrics import expected_calibration_error, first_error_f1
+from agentprm.reason.model import HFCompleter, reasoner_for, sample
+from agentprm.reason.problems import chain_problems
+from agentprm.reason.step_prm import AGGREGATIONS, StepExample, StepPRM, aggregate, train_step_prm
+
+PRMS = {"bce-soft": StepPRMConfig(loss="bce", labels="soft"), "bce-hard": StepPRMConfig(loss="bce", labels="hard"),
+        "pqm": StepPRMConfig(loss="pqm"), "orm": StepPRMConfig(loss="orm")}
+
+
+def labelled(model, tok, problems, k: int, seed: int, check) -> list[StepExample]:
+    solutions = [s[0] for s in sample(model, tok, problems, 1, 1.0, seed)]
+    labels = mc_step_labels(problems, solutions, HFCompleter(model, tok, 1.0), k, check, seed + 1)
+    return [StepExample(p, tuple(steps(s)), lab.soft, lab.hard, float(check(p, s)))
+            for p, s, lab in zip(problems, solutions, labels) if steps(s)]
+
+
+def balanced(indices_right: list[int], indices_wrong: list[int], seed: int) -> list[int]:
+    n = min(len(indices_right), len(indices_wrong))
+    rng = random.Random(seed)
+    return rng.sample(indices_right, n) + rng.sample(indices_wrong, n)
+
+
+def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
+    out = folder / "result.json"
+    if out.exists():
+        return json.loads(out.read_text())
+    span = (chain.min_steps, chain.max_steps)
+    train = chain_problems("train", args.train, seed, span, chain.digits, chain.ops)
+    test = chain_problems("eval", args.eval, seed, span, chain.digits, chain.ops)
+    source = Path(args.reasoners) / f"seed{seed}" / "reasoner" if args.reasoners else folder / "reasoner"
+    model, tok = reasoner_for(source, train, ReasonerConfig(), seed)
+    examples = labelled(model, tok, train[:args.label_problems], args.k, seed, check)
+    print(f"seed {seed}: {len(examples)} labelled solutions, {sum(e.outcome for e in examples):.0f} right", flush=True)
+    solutions = sample(model, tok, test, args.samples, 1.0, seed + 7)
+    flat = [(i, j) for i in range(len(test)) for j in range(args.samples)]
+    truth = [step_verdicts(test[i], solutions[i][j]) for i, j in flat]
+    calib = labelled(model, tok, test[:args.calibration], args.k, seed + 11, check)
+    result: dict = {"seed": seed, "labelled": len(examples), "label_right": sum(e.outcome for e in examples),
+                    "pi_accuracy": sum(v.correct for v in truth) / len(truth), "prms": {}, "bon": {}}
+    scores_of = {}
+    for name, cfg in PRMS.items():
+        prm = StepPRM.from_reasoner(source, seed=seed)
+        train_step_prm(prm, examples, cfg, seed=seed)
+        scores = prm.step_scores([test[i] for i, _ in flat], [solutions[i][j] for i, j in flat])
+        scores_of[name] = scores
+        firsts = [v.first_error for v in truth]
+        right_idx = [k for k, f in enumerate(firsts) if f is None]
+        wrong_idx = [k for k, f in enumerate(firsts) if f is not None]
+        even = balanced(right_idx, wrong_idx, seed)
+        natural, bal = first_error_f1(scores, firsts), first_error_f1([scores[k] for k in even], [firsts[k] for k in even])
+        prefix_ok = [float(v.first_error is None or line < v.first_error) for v in truth for line in range(len(v.lines))]
+        flat_scores = [x for s, v in zip(scores, truth) for x in s[:len(v.lines)]]
+        calib_scores = prm.step_scores([e.problem for e in calib], ["\n".join(e.lines) for e in calib])
+        mc_p = [x for s in calib_scores for x in s]
+        mc_y = [y for e in calib for y in e.soft]
+        result["prms"][name] = {"f1": vars(natural), "f1_balanced": vars(bal),
+                                "ece_vs_checker": expected_calibration_error(flat_scores, prefix_ok),
+                                "ece_vs_mc": expected_calibration_error(mc_p, mc_y)}
+        print(f"seed {seed} {name}: {result['prms'][name]}", flush=True)
+    result["bon"] = best_of_n(test, solutions, scores_of, truth, flat, args.samples, seed, check)
+    write_json(out, result)
+    return json.loads(out.read_text())    # as a resumed run reads it (N keys as text)
+
+
+def best_of_n(test, solutions, scores_of, truth, flat, samples: int, seed: int, check) -> dict:
+    """{selector: {N: per-problem outcome}} for N = 1, 2, 4, ... samples."""
+    by_problem: dict[int, list[int]] = {}
+    for k, (i, _) in enumerate(flat):
+        by_problem.setdefault(i, []).append(k)
+    sizes = [n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= samples]
+    selectors = {f"{name}/{how}": (name, how) for name in scores_of if name != "orm" for how in AGGREGATIONS}
+    selectors["orm"] = ("orm", "last")
+    rng = random.Random(seed)
+    out: dict[str, dict[int, dict[str, int]]] = {}
+    for n in sizes:
+        for label, (name, how) in selectors.items():
+            out.setdefault(label, {})[n] = {
+                test[i].id: int(truth[max(ks[:n], key=lambda k: aggregate(scores_of[name][k], how))].correct)
+                for i, ks in by_problem.items()}
+        majority = {}
+        for i, ks in by_problem.items():
+            votes = Counter(a for a in (final_answer(solutions[i][flat[k][1]]) for k in ks[:n]) if a is not None)
+            majority[test[i].id] = int(bool(votes) and check(test[i], f"Answer: {votes.most_common(1)[0][0]}"))
+        out.setdefault("majority", {})[n] = majority
+        out.setdefault("random", {})[n] = {test[i].id: int(truth[rng.choice(ks[:n])].correct)
+                                           for i, ks in by_problem.items()}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--reasoners", help="a scripts/reason_rl.py output folder whose seed<s>/reasoner to use")
+    ap.add_argument("--train", type=int, default=4000, help="train problems per seed (as scripts/reason_rl.py)")
+    ap.add_argument("--eval", type=int, default=300, help="eval problems per seed")
+    ap.add_argument("--label-problems", type=int, default=1500, help="train problems whose solution is labelled")
+    ap.add_argument("--k", type=int, default=8, help="completions per step prefix (Monte-Carlo labels)")
+    ap.add_argument("--samples", type=int, default=64, help="solutions per eval problem (the largest N)")
+    ap.add_argument("--calibration", type=int, default=150, help="eval problems with held-out MC labels")
+    ap.add_argument("--checker", default="numeric")
+    args = ap.parse_args()
+    out, chain, check = Path(args.out), ChainConfig(), checker(args.checker)
+    results = {seed: run_seed(out / f"seed{seed}", seed, args, chain, check) for seed in args.seeds}
+    seeds = args.seeds
+    lines = ["| step PRM | first-error F1 (π's mix) | F1 balanced | acc. on wrong / right | ECE vs checker | "
+             "ECE vs held-out MC |", "|---|---|---|---|---|---|"]
+    table: dict = {"prms": {}, "bon": {}}
+    for name in PRMS:
+        rows = [results[s]["prms"][name] for s in seeds]
+        mean = lambda f: sum(f(r) for r in rows) / len(rows)   # noqa: E731
+        cell = {"f1": mean(lambda r: r["f1"]["f1"]), "f1_balanced": mean(lambda r: r["f1_balanced"]["f1"]),
+                "acc_error": mean(lambda r: r["f1"]["acc_error"] or 0.0),
+                "acc_correct": mean(lambda r: r["f1"]["acc_correct"] or 0.0),
+                "ece_checker": mean(lambda r: r["ece_vs_checker"]), "ece_mc": mean(lambda r: r["ece_vs_mc"])}
+        table["prms"][name] = cell
+        lines.append(f"| {name} | {cell['f1']:.3f} | {cell['f1_balanced']:.3f} | {cell['acc_error']:.3f} / "
+                     f"{cell['acc_correct']:.3f} | {cell['ece_checker']:.3f} | {cell['ece_mc']:.3f} |")
+    sizes = sorted({int(n) for s in seeds for n in results[s]["bon"]["majority"]})
+    selectors = list(results[seeds[0]]["bon"])
+    lines += ["", "| selector | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for sel in selectors:
+        accs = [sum(sum(results[s]["bon"][sel][str(n)].values()) for s in seeds)
+                / sum(len(results[s]["bon"][sel][str(n)]) for s in seeds) for n in sizes]
+        table["bon"][sel] = dict(zip(sizes, accs))
+        lines.append(f"| {sel} | " + " | ".join(f"{100 * a:.1f}" for a in accs) + " |")
+    top = str(sizes[-1])
+
+    def per_task(sel):
+        return {s: {k: [v, 1] for k, v in results[s]["bon"][sel][top].items()} for s in seeds}
+
+    lines += ["", f"Paired differences at N = {top} (points, 95% CI over problems, seeds as strata):", ""]
+    pairs = [("bce-soft/min", "majority"), ("bce-soft/min", "orm"), ("pqm/min", "majority"), ("pqm/min", "bce-soft/min"),
+             ("orm", "majority"), ("majority", "random")]
+    table["paired"] = {}
+    for a, b in pairs:
+        d = paired_difference(per_task(a), per_task(b))
+        table["paired"][f"{a} - {b}"] = d
+        lines.append(f"- {a} − {b}: {100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]")
+    pi = sum(results[s]["pi_accuracy"] for s in seeds) / len(seeds)
+    lines += ["", f"π's sampled accuracy (temperature 1): {100 * pi:.1f}%"]
+    write_json(out / "summary.json", {**table, "pi_accuracy": pi, "seeds": seeds, "provenance": provenance(vars(args))})
+    write_text(out / "report.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
