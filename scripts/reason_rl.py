@@ -3,8 +3,9 @@
     python scripts/reason_rl.py --out runs/reason-rl --seeds 0 1 2
 
 Per seed: train and eval problems (`agentprm reason problems`' generator, that seed), a tiny reasoner SFT'd from
-scratch on worked solutions with 30% noisy ones (`ReasonerConfig`'s defaults), then each method's RL run from that
-same reasoner on the same problems (`ReasonRLConfig`'s defaults but the method and β; SPRO's β swept with
+scratch on worked solutions of the first --train of them with 30% noisy ones (`ReasonerConfig`'s defaults), then
+each method's RL run from that same reasoner on the same --rl-problems train problems SFT never saw (it memorises its
+own: 51% of them right at the first RL step against 35% of eval problems) (`ReasonRLConfig`'s defaults but the method and β; SPRO's β swept with
 --betas). Every model is judged by the greedy accuracy of its final policy on the same eval problems: differences
 are paired over problems, seeds as strata (eval/paired.py). Also: accuracy vs RL step and vs seconds, entropy and
 response length per step, and steps/seconds to reach GRPO's final accuracy (SPRO's efficiency claim).
@@ -26,20 +27,25 @@ from pathlib import Path
 
 import torch
 
+from agentprm.agent.encoding import end_of_turn_id
 from agentprm.eval.paired import paired_difference
 from agentprm.io import provenance, write_json, write_text
 from agentprm.prm.metrics import auc
-from agentprm.reason.check import checker, step_verdicts, steps
+from agentprm.reason.check import checker, step_verdicts
 from agentprm.reason.config import ChainConfig, ReasonerConfig, ReasonRLConfig
 from agentprm.reason.model import load_reasoner, prompt_ids, reasoner_for
 from agentprm.reason.problems import chain_problems
-from agentprm.reason.rl import _sample, greedy_outcomes, spro_token_advantages, token_logprobs, train_rl
+from agentprm.reason.rl import greedy_outcomes, sample_groups, spro_token_advantages, token_logprobs, train_rl
 
 
 def problems_of(seed: int, args, chain: ChainConfig):
+    """(SFT's problems, RL's — train-split problems SFT never saw, eval problems)."""
     span = (chain.min_steps, chain.max_steps)
-    return (chain_problems("train", args.train, seed, span, chain.digits, chain.ops),
-            chain_problems("eval", args.eval, seed, span, chain.digits, chain.ops))
+    train = chain_problems("train", args.train + args.rl_problems, seed, span, chain.digits, chain.ops)
+    return train[:args.train], train[args.train:], chain_problems("eval", args.eval, seed, span, chain.digits, chain.ops)
+
+
+VARIANTS = {"prime-filter": {"algo": "prime", "filter_low": 0.2, "filter_high": 0.8}}   # PRIME's own accuracy filter
 
 
 def run_name(algo: str, beta: float | None) -> str:
@@ -68,10 +74,8 @@ def msa_auc(model, folder: Path, tok, test, cfg: ReasonRLConfig, seed: int, chec
     """AUC of the line-level MSA (at each line's last token) for right lines vs the checker's wrong ones (the first
     error and after), on sampled solutions of the eval problems; and of a random score."""
     reference, _ = load_reasoner(folder / "reasoner")
-    from agentprm.agent.encoding import end_of_turn_id
-
     end = end_of_turn_id(tok)
-    batch = _sample(model.eval(), tok, test, cfg, check, end, seed=seed + 999)
+    batch = sample_groups(model.eval(), tok, test, cfg, check, end, seed=seed + 999)
     right, wrong = [], []
     newline = tok("\n", add_special_tokens=False)["input_ids"][-1]
     for problem, responses, outcomes in batch.groups:
@@ -157,9 +161,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--algos", nargs="+", default=["grpo", "spro", "prime"])
+    ap.add_argument("--algos", nargs="+", default=["grpo", "spro", "prime", "prime-filter"],
+                    help=f"grpo, spro, prime, or a variant: {', '.join(VARIANTS)}")
     ap.add_argument("--betas", type=float, nargs="*", default=[], help="extra SPRO runs at these β (the sweep)")
-    ap.add_argument("--train", type=int, default=4000, help="train problems per seed")
+    ap.add_argument("--train", type=int, default=4000, help="SFT's train problems per seed")
+    ap.add_argument("--rl-problems", type=int, default=4000, help="RL's train problems per seed (others than SFT's)")
     ap.add_argument("--eval", type=int, default=300, help="eval problems per seed")
     ap.add_argument("--sft-steps", type=int, default=ReasonerConfig.steps)
     ap.add_argument("--rl-steps", type=int, default=ReasonRLConfig.steps)
@@ -170,8 +176,8 @@ def main() -> None:
     results, base = {}, {}
     for seed in args.seeds:
         folder = out / f"seed{seed}"
-        train, test = problems_of(seed, args, chain)
-        model, tok = reasoner_for(folder / "reasoner", train, ReasonerConfig(steps=args.sft_steps), seed)
+        sft_problems, train, test = problems_of(seed, args, chain)
+        model, tok = reasoner_for(folder / "reasoner", sft_problems, ReasonerConfig(steps=args.sft_steps), seed)
         if not (folder / "sft.json").exists():
             outcomes = greedy_outcomes(model, tok, test, check)
             write_json(folder / "sft.json", {"accuracy": sum(outcomes.values()) / len(outcomes),
@@ -180,8 +186,8 @@ def main() -> None:
         print(f"seed {seed}: SFT greedy accuracy {base[seed]['accuracy']:.3f}", flush=True)
         results[seed] = {}
         for algo in args.algos:
-            results[seed][algo] = one_run(folder, algo, ReasonRLConfig(algo=algo, steps=args.rl_steps), train, test,
-                                          seed, check)
+            cfg = ReasonRLConfig(**{"algo": algo, **VARIANTS.get(algo, {}), "steps": args.rl_steps})
+            results[seed][algo] = one_run(folder, algo, cfg, train, test, seed, check)
         for beta in args.betas:
             results[seed][run_name("spro", beta)] = one_run(
                 folder, run_name("spro", beta), ReasonRLConfig(algo="spro", beta=beta, steps=args.rl_steps), train,

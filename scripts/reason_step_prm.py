@@ -5,7 +5,8 @@ and an outcome reward model at equal samples.
     python scripts/reason_step_prm.py --out runs/reason-prm --seeds 0 1 2 [--reasoners runs/reason-rl]
 
 Per seed: the SFT reasoner π (from --reasoners/seed<s>/reasoner when there, else trained here, as
-scripts/reason_rl.py does); one sampled solution of each of --label-problems train problems, labelled by K
+scripts/reason_rl.py does); one sampled solution of each of --label-problems train problems that SFT never saw
+(π memorises its own), labelled by K
 completions from every step prefix (labels.py); step PRMs from π's backbone trained on them with `bce` (soft labels),
 `bce` (hard labels), `pqm`, and an `orm` (outcome only). On --samples solutions sampled from π for each eval problem:
 
@@ -26,14 +27,12 @@ import random
 from collections import Counter
 from pathlib import Path
 
-import torch
-
 from agentprm.eval.paired import paired_difference
 from agentprm.io import provenance, write_json, write_text
 from agentprm.reason.check import checker, final_answer, step_verdicts, steps
 from agentprm.reason.config import ChainConfig, ReasonerConfig, StepPRMConfig
 from agentprm.reason.labels import mc_step_labels
-from agentprm.reason.metrics import expected_calibration_error, first_error_f1
+from agentprm.reason.metrics import expected_calibration_error, first_error_f1, reliability
 from agentprm.reason.model import HFCompleter, reasoner_for, sample
 from agentprm.reason.problems import chain_problems
 from agentprm.reason.step_prm import AGGREGATIONS, StepExample, StepPRM, aggregate, train_step_prm
@@ -60,11 +59,11 @@ def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
     if out.exists():
         return json.loads(out.read_text())
     span = (chain.min_steps, chain.max_steps)
-    train = chain_problems("train", args.train, seed, span, chain.digits, chain.ops)
+    train = chain_problems("train", args.train + args.label_problems, seed, span, chain.digits, chain.ops)
     test = chain_problems("eval", args.eval, seed, span, chain.digits, chain.ops)
     source = Path(args.reasoners) / f"seed{seed}" / "reasoner" if args.reasoners else folder / "reasoner"
-    model, tok = reasoner_for(source, train, ReasonerConfig(), seed)
-    examples = labelled(model, tok, train[:args.label_problems], args.k, seed, check)
+    model, tok = reasoner_for(source, train[:args.train], ReasonerConfig(), seed)
+    examples = labelled(model, tok, train[args.train:], args.k, seed, check)   # problems SFT never saw
     print(f"seed {seed}: {len(examples)} labelled solutions, {sum(e.outcome for e in examples):.0f} right", flush=True)
     solutions = sample(model, tok, test, args.samples, 1.0, seed + 7)
     flat = [(i, j) for i in range(len(test)) for j in range(args.samples)]
@@ -90,7 +89,8 @@ def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
         mc_y = [y for e in calib for y in e.soft]
         result["prms"][name] = {"f1": vars(natural), "f1_balanced": vars(bal),
                                 "ece_vs_checker": expected_calibration_error(flat_scores, prefix_ok),
-                                "ece_vs_mc": expected_calibration_error(mc_p, mc_y)}
+                                "ece_vs_mc": expected_calibration_error(mc_p, mc_y),
+                                "reliability_vs_mc": [vars(b) for b in reliability(mc_p, mc_y)]}
         print(f"seed {seed} {name}: {result['prms'][name]}", flush=True)
     result["bon"] = best_of_n(test, solutions, scores_of, truth, flat, args.samples, seed, check)
     write_json(out, result)
@@ -122,14 +122,37 @@ def best_of_n(test, solutions, scores_of, truth, flat, samples: int, seed: int, 
     return out
 
 
+def plot_reliability(results: dict, seeds: list[int], path: Path) -> None:
+    """The reliability diagram of each step PRM against held-out MC labels, bins pooled over seeds."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], "k:", lw=1)
+    for name in PRMS:
+        bins = [results[s]["prms"][name]["reliability_vs_mc"] for s in seeds]
+        xs, ys = [], []
+        for k in range(len(bins[0])):
+            n = sum(b[k]["count"] for b in bins)
+            if n:
+                xs.append(sum(b[k]["count"] * b[k]["mean_p"] for b in bins if b[k]["count"]) / n)
+                ys.append(sum(b[k]["count"] * b[k]["mean_y"] for b in bins if b[k]["count"]) / n)
+        ax.plot(xs, ys, "o-", label=name, ms=3)
+    ax.set_xlabel("step score p (bin mean)"), ax.set_ylabel("held-out MC label (bin mean)"), ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--reasoners", help="a scripts/reason_rl.py output folder whose seed<s>/reasoner to use")
-    ap.add_argument("--train", type=int, default=4000, help="train problems per seed (as scripts/reason_rl.py)")
+    ap.add_argument("--train", type=int, default=4000, help="SFT's train problems per seed (as scripts/reason_rl.py)")
     ap.add_argument("--eval", type=int, default=300, help="eval problems per seed")
-    ap.add_argument("--label-problems", type=int, default=1500, help="train problems whose solution is labelled")
+    ap.add_argument("--label-problems", type=int, default=1500,
+                    help="train problems SFT never saw, one sampled solution of each labelled")
     ap.add_argument("--k", type=int, default=8, help="completions per step prefix (Monte-Carlo labels)")
     ap.add_argument("--samples", type=int, default=64, help="solutions per eval problem (the largest N)")
     ap.add_argument("--calibration", type=int, default=150, help="eval problems with held-out MC labels")
@@ -174,6 +197,7 @@ def main() -> None:
         lines.append(f"- {a} − {b}: {100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]")
     pi = sum(results[s]["pi_accuracy"] for s in seeds) / len(seeds)
     lines += ["", f"π's sampled accuracy (temperature 1): {100 * pi:.1f}%"]
+    plot_reliability(results, seeds, out / "reliability.png")
     write_json(out / "summary.json", {**table, "pi_accuracy": pi, "seeds": seeds, "provenance": provenance(vars(args))})
     write_text(out / "report.md", "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -126,3 +126,35 @@ def test_the_pipeline_runs_on_other_architectures(arch, hf_folders, generated_ta
         tokenize=True, return_dict=True)["input_ids"]
     ours = prompt_ids(agent.tokenizer, state, agent.prompt_cfg) + reply_ids(agent.tokenizer, reply)
     assert list(full[:len(ours)]) == ours
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+def test_the_reason_commands_run_on_other_architectures(arch, hf_folders, tmp_path):
+    """`agentprm reason` with a BPE model folder (issue 31): SFT on worked solutions, eval, and a step of each RL method;
+    the Qwen2 folder's end of turn (<|im_end|>) is not its eos."""
+    train, test = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    assert main(["reason", "problems", "--split", "train", "--num", "20", "--out", str(train)]) == 0
+    assert main(["reason", "problems", "--split", "eval", "--num", "4", "--out", str(test)]) == 0
+    model = tmp_path / "reasoner"
+    assert main(["reason", "sft", "--problems", str(train), "--out", str(model), "--model", str(hf_folders[arch]),
+                 "--steps", "3", "--batch-size", "4", "--lr", "1e-4"]) == 0
+    assert main(["reason", "eval", "--model", str(model), "--problems", str(test), "--max-new-tokens", "8",
+                 "--json", str(tmp_path / "eval.json")]) == 0
+    assert json.loads((tmp_path / "eval.json").read_text())["problems"] == 4
+    for algo in ("grpo", "spro", "prime"):
+        assert main(["reason", "rl", "--model", str(model), "--problems", str(train), "--algo", algo, "--steps", "1",
+                     "--prompts", "2", "--group", "2", "--max-new-tokens", "6", "--out", str(tmp_path / algo)]) == 0
+
+
+def test_reason_sft_trains_lora_adapters_on_a_model_folder(hf_folders, tmp_path):
+    from agentprm.reason.model import load_reasoner
+
+    train = tmp_path / "train.jsonl"
+    assert main(["reason", "problems", "--split", "train", "--num", "10", "--out", str(train)]) == 0
+    out = tmp_path / "adapter"
+    assert main(["reason", "sft", "--problems", str(train), "--out", str(out), "--model", str(hf_folders["qwen2"]),
+                 "--steps", "2", "--batch-size", "2", "--lora-r", "4"]) == 0
+    assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()
+    model, _ = load_reasoner(out)          # the base with the adapter merged in
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert main(["reason", "sft", "--problems", str(train), "--out", str(tmp_path / "x"), "--lora-r", "4"]) == 2

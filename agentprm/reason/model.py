@@ -22,6 +22,7 @@ from tokenizers import Regex
 from agentprm.agent.encoding import end_of_turn_id, reply_ids
 from agentprm.agent.lm import HFBackend
 from agentprm.agent.tokenizer import word_level_tokenizer
+from agentprm.errors import require
 from agentprm.io import write_json
 from agentprm.models import PRESETS, build_model, load_causal_lm, load_tokenizer
 from agentprm.outputs import atomic_dir
@@ -30,6 +31,7 @@ from agentprm.reason.check import ANSWER_PREFIX
 from agentprm.reason.config import ReasonerConfig
 from agentprm.reason.problems import OP_WORDS, Problem
 from agentprm.reason.solutions import solution_mix
+from agentprm.train.config import check_lora
 from agentprm.train.core import train
 
 DIGIT_PATTERN = r"\n|\d|[^\W\d]+|[^\w\s]"
@@ -71,8 +73,16 @@ def train_reasoner(pairs: Sequence[tuple[Problem, str]], out_dir: str | Path | N
                    seed: int = 0, progress: bool = True):
     """SFT on (problem, solution) pairs; saves the model folder (safetensors, tokenizer, agentprm.json with the
     config and loss curve) when `out_dir` is given. Returns (model, tokenizer, metrics)."""
+    from agentprm.models.lora import add_lora, save_trained   # peft: only when adapters are asked for, or saved
+
     start = time.monotonic()
+    if cfg.lora.r:
+        check_lora(cfg.lora)
+        require(cfg.model not in PRESETS, f"lora: --model {cfg.model} is a preset trained from scratch, there is "
+                "nothing to adapt (give a model folder, or train every weight with --lora-r 0)")
     model, tokenizer = init_reasoner(cfg, [t for p, s in pairs for t in (p.question, s)], seed)
+    if cfg.lora.r:
+        model = add_lora(model, cfg.lora, seed=seed)
     examples = sft_examples(tokenizer, pairs)
     curve = train(model, examples, sft_loss, cfg.train_config(seed), description="reason sft", progress=progress,
                   length=lambda e: len(e.input_ids))
@@ -81,7 +91,7 @@ def train_reasoner(pairs: Sequence[tuple[Problem, str]], out_dir: str | Path | N
                "loss_curve": curve}
     if out_dir is not None:
         with atomic_dir(out_dir) as tmp:
-            model.save_pretrained(tmp)
+            save_trained(model, tmp, cfg.lora.merge, what="reasoner")
             tokenizer.save_pretrained(tmp)
             write_json(tmp / CONFIG_FILE, {"reasoner": {"config": asdict(cfg), "seed": seed, "metrics": metrics}})
     return model, tokenizer, metrics

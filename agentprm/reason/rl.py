@@ -117,7 +117,9 @@ class Batch:
     mean_length: float       # response tokens
 
 
-def _sample(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLConfig, check, end: int, seed: int) -> Batch:
+def sample_groups(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLConfig, check, end: int,
+                  seed: int) -> Batch:
+    """`cfg.group` responses to each problem, checked; the groups the accuracy filter keeps."""
     backend = HFBackend(model, tokenizer.pad_token_id, end)
     prompts = [prompt_ids(tokenizer, p) for p in problems]
     ids = backend.generate(prompts, cfg.group, cfg.temperature, cfg.max_new_tokens, seed)
@@ -165,7 +167,7 @@ def train_rl(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLConfig,
             order += fresh
         chosen, order = order[:cfg.prompts], order[cfg.prompts:]
         model.eval()
-        batch = _sample(model, tokenizer, chosen, cfg, check, end, seed=seed * 100_003 + step)
+        batch = sample_groups(model, tokenizer, chosen, cfg, check, end, seed=seed * 100_003 + step)
         row = {"step": step, "batch_accuracy": round(batch.accuracy, 4), "groups": len(batch.groups),
                "mean_length": round(batch.mean_length, 2)}
         if batch.groups:
