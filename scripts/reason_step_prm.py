@@ -11,9 +11,13 @@ completions from every step prefix (labels.py); step PRMs from π's backbone tra
 `bce` (hard labels), `pqm`, and an `orm` (outcome only). On --samples solutions sampled from π for each eval problem:
 
 - first-error F1 (ProcessBench: threshold 0.5) against the checker's first wrong line, over the solutions π writes
-  (their natural mix of right and wrong), and the same on a balanced draw (as many right as wrong solutions);
+  (F1 is the harmonic mean of the two per-class accuracies, so the mix of right and wrong does not move it; the JSON
+  also holds it on a balanced draw);
+- the same F1 at the threshold that maximises it on those calibration solutions (PQM ranks steps and has
+  no absolute scale, so 0.5 means nothing to it);
 - calibration of the step scores: ECE against the checker's truth "no wrong line up to here", and against
-  held-out Monte-Carlo labels of --calibration eval solutions (what the PRM is trained to estimate);
+  Monte-Carlo labels of one solution of each of --calibration other eval problems (what the PRM is trained to
+  estimate);
 - Best-of-N accuracy for N = 1, 2, 4, ... --samples: each PRM under min / last / product aggregation, the ORM,
   majority vote over final answers, and a random pick; paired CIs (over problems, seeds as strata) at the largest N.
 
@@ -48,6 +52,21 @@ def labelled(model, tok, problems, k: int, seed: int, check) -> list[StepExample
             for p, s, lab in zip(problems, solutions, labels) if steps(s)]
 
 
+THRESHOLDS = [k / 20 for k in range(1, 20)]
+
+
+def cached(path: Path, problems, make) -> list[StepExample]:
+    """Labelled solutions, kept in `path` (a study resumes past its most expensive part)."""
+    if path.exists():
+        by_id = {p.id: p for p in problems}
+        return [StepExample(by_id[r["id"]], tuple(r["lines"]), tuple(r["soft"]), tuple(r["hard"]), r["outcome"])
+                for r in json.loads(path.read_text())]
+    examples = make()
+    write_json(path, [{"id": e.problem.id, "lines": list(e.lines), "soft": list(e.soft), "hard": list(e.hard),
+                       "outcome": e.outcome} for e in examples])
+    return examples
+
+
 def balanced(indices_right: list[int], indices_wrong: list[int], seed: int) -> list[int]:
     n = min(len(indices_right), len(indices_wrong))
     rng = random.Random(seed)
@@ -60,15 +79,19 @@ def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
         return json.loads(out.read_text())
     span = (chain.min_steps, chain.max_steps)
     train = chain_problems("train", args.train + args.label_problems, seed, span, chain.digits, chain.ops)
-    test = chain_problems("eval", args.eval, seed, span, chain.digits, chain.ops)
+    held_out = chain_problems("eval", args.eval + args.calibration, seed, span, chain.digits, chain.ops)
+    test, calib_problems = held_out[:args.eval], held_out[args.eval:]
     source = Path(args.reasoners) / f"seed{seed}" / "reasoner" if args.reasoners else folder / "reasoner"
     model, tok = reasoner_for(source, train[:args.train], ReasonerConfig(), seed)
-    examples = labelled(model, tok, train[args.train:], args.k, seed, check)   # problems SFT never saw
+    examples = cached(folder / "labels.json", train[args.train:],
+                      lambda: labelled(model, tok, train[args.train:], args.k, seed, check))   # problems SFT never saw
     print(f"seed {seed}: {len(examples)} labelled solutions, {sum(e.outcome for e in examples):.0f} right", flush=True)
     solutions = sample(model, tok, test, args.samples, 1.0, seed + 7)
     flat = [(i, j) for i in range(len(test)) for j in range(args.samples)]
     truth = [step_verdicts(test[i], solutions[i][j]) for i, j in flat]
-    calib = labelled(model, tok, test[:args.calibration], args.k, seed + 11, check)
+    calib = cached(folder / "calibration.json", calib_problems,
+                   lambda: labelled(model, tok, calib_problems, args.k, seed + 11, check))
+    calib_firsts = [step_verdicts(e.problem, "\n".join(e.lines)).first_error for e in calib]
     result: dict = {"seed": seed, "labelled": len(examples), "label_right": sum(e.outcome for e in examples),
                     "pi_accuracy": sum(v.correct for v in truth) / len(truth), "prms": {}, "bon": {}}
     scores_of = {}
@@ -82,12 +105,15 @@ def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
         wrong_idx = [k for k, f in enumerate(firsts) if f is not None]
         even = balanced(right_idx, wrong_idx, seed)
         natural, bal = first_error_f1(scores, firsts), first_error_f1([scores[k] for k in even], [firsts[k] for k in even])
+        calib_scores = prm.step_scores([e.problem for e in calib], ["\n".join(e.lines) for e in calib])
+        threshold = max(THRESHOLDS, key=lambda t: first_error_f1(calib_scores, calib_firsts, t).f1)
+        tuned = first_error_f1(scores, firsts, threshold)   # the threshold picked on other problems (calibration's)
         prefix_ok = [float(v.first_error is None or line < v.first_error) for v in truth for line in range(len(v.lines))]
         flat_scores = [x for s, v in zip(scores, truth) for x in s[:len(v.lines)]]
-        calib_scores = prm.step_scores([e.problem for e in calib], ["\n".join(e.lines) for e in calib])
         mc_p = [x for s in calib_scores for x in s]
         mc_y = [y for e in calib for y in e.soft]
-        result["prms"][name] = {"f1": vars(natural), "f1_balanced": vars(bal),
+        result["prms"][name] = {"f1": vars(natural), "f1_balanced": vars(bal), "threshold": threshold,
+                                "f1_tuned": vars(tuned),
                                 "ece_vs_checker": expected_calibration_error(flat_scores, prefix_ok),
                                 "ece_vs_mc": expected_calibration_error(mc_p, mc_y),
                                 "reliability_vs_mc": [vars(b) for b in reliability(mc_p, mc_y)]}
@@ -155,25 +181,27 @@ def main() -> None:
                     help="train problems SFT never saw, one sampled solution of each labelled")
     ap.add_argument("--k", type=int, default=8, help="completions per step prefix (Monte-Carlo labels)")
     ap.add_argument("--samples", type=int, default=64, help="solutions per eval problem (the largest N)")
-    ap.add_argument("--calibration", type=int, default=150, help="eval problems with held-out MC labels")
+    ap.add_argument("--calibration", type=int, default=150, help="other eval problems, one solution each with MC labels")
     ap.add_argument("--checker", default="numeric")
     args = ap.parse_args()
     out, chain, check = Path(args.out), ChainConfig(), checker(args.checker)
     results = {seed: run_seed(out / f"seed{seed}", seed, args, chain, check) for seed in args.seeds}
     seeds = args.seeds
-    lines = ["| step PRM | first-error F1 (π's mix) | F1 balanced | acc. on wrong / right | ECE vs checker | "
-             "ECE vs held-out MC |", "|---|---|---|---|---|---|"]
+    lines = ["| step PRM | first-error F1 at 0.5 | acc. on wrong / right solutions | F1 at a tuned threshold | "
+             "ECE vs checker | ECE vs held-out MC |", "|---|---|---|---|---|---|"]
     table: dict = {"prms": {}, "bon": {}}
     for name in PRMS:
         rows = [results[s]["prms"][name] for s in seeds]
         mean = lambda f: sum(f(r) for r in rows) / len(rows)   # noqa: E731
         cell = {"f1": mean(lambda r: r["f1"]["f1"]), "f1_balanced": mean(lambda r: r["f1_balanced"]["f1"]),
+                "f1_tuned": mean(lambda r: r["f1_tuned"]["f1"]), "thresholds": [r["threshold"] for r in rows],
                 "acc_error": mean(lambda r: r["f1"]["acc_error"] or 0.0),
                 "acc_correct": mean(lambda r: r["f1"]["acc_correct"] or 0.0),
                 "ece_checker": mean(lambda r: r["ece_vs_checker"]), "ece_mc": mean(lambda r: r["ece_vs_mc"])}
         table["prms"][name] = cell
-        lines.append(f"| {name} | {cell['f1']:.3f} | {cell['f1_balanced']:.3f} | {cell['acc_error']:.3f} / "
-                     f"{cell['acc_correct']:.3f} | {cell['ece_checker']:.3f} | {cell['ece_mc']:.3f} |")
+        lines.append(f"| {name} | {cell['f1']:.3f} | {cell['acc_error']:.3f} / {cell['acc_correct']:.3f} | "
+                     f"{cell['f1_tuned']:.3f} (at {', '.join(f'{t:g}' for t in cell['thresholds'])}) | "
+                     f"{cell['ece_checker']:.3f} | {cell['ece_mc']:.3f} |")
     sizes = sorted({int(n) for s in seeds for n in results[s]["bon"]["majority"]})
     selectors = list(results[seeds[0]]["bon"])
     lines += ["", "| selector | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]

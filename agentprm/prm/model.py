@@ -72,7 +72,7 @@ class ProcessRewardModel(nn.Module):
             if folder.is_dir():
                 tokenizer = load_tokenizer(folder)
                 _ensure_pad(tokenizer)
-                with _quiet_transformers():  # its load report lists the new head as "MISSING": expected here
+                with quiet_transformers():  # its load report lists the new head as "MISSING": expected here
                     lm = _load_classifier(folder, pad_token_id=tokenizer.pad_token_id)
                 return cls(lm, tokenizer, PromptConfig.load(folder))
             if str(source) in PRESETS:
@@ -260,14 +260,14 @@ def _load_classifier(folder: Path, pad_token_id: int | None) -> PreTrainedModel:
     adapter = (folder / ADAPTER_CONFIG).exists()
     if not adapter and not (folder / "config.json").exists():
         raise UserError(f"{folder}: not a model folder (no config.json)")
-    with _quiet_transformers() if adapter else nullcontext():   # an adapter's base lists the head as "MISSING"
+    with quiet_transformers() if adapter else nullcontext():   # an adapter's base lists the head as "MISSING"
         lm = load_weights(AutoModelForSequenceClassification, folder, num_labels=1)
     lm.config.pad_token_id = pad_token_id
     return place(lm)
 
 
 @contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:

@@ -28,6 +28,7 @@ from agentprm.agent.scoring import right_pad
 from agentprm.errors import require
 from agentprm.models import load_tokenizer
 from agentprm.models.presets import load_weights
+from agentprm.prm.model import quiet_transformers
 from agentprm.prm.pqm import pqm_loss
 from agentprm.reason.check import steps
 from agentprm.reason.config import StepPRMConfig
@@ -59,7 +60,8 @@ class StepPRM(nn.Module):
         """The reasoner's backbone (a model folder) with a new scalar head; `seed` fixes the head."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            lm = load_weights(AutoModelForSequenceClassification, Path(folder), num_labels=1)
+            with quiet_transformers():   # its load report lists the new head as "MISSING": expected here
+                lm = load_weights(AutoModelForSequenceClassification, Path(folder), num_labels=1)
         tokenizer = load_tokenizer(folder)
         lm.config.pad_token_id = tokenizer.pad_token_id
         return cls(lm, tokenizer)
