@@ -100,7 +100,7 @@ def msa_auc(model, folder: Path, tok, test, cfg: ReasonRLConfig, seed: int, chec
 
 def steps_to(log: list[dict], target: float) -> tuple[int | None, float | None]:
     for row in log:
-        if "eval_accuracy" in row and row["eval_accuracy"] >= target:
+        if "eval_accuracy" in row and row["eval_accuracy"] >= round(target, 4):   # the log rounds to 4 places
             return row["step"], row["seconds"]
     return None, None
 
