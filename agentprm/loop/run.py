@@ -303,8 +303,7 @@ class Loop:
                    "provenance": provenance(self.cfg.to_dict(), self.cfg.seed)}
         from agentprm.loop.report import clear_leftovers, write_report
 
-        clear_leftovers(self.run_dir / "results.json")
-        write_json(self.run_dir / "results.json", results)
-
         write_report(self.run_dir, results, self.update_history)
+        clear_leftovers(self.run_dir / "results.json")
+        write_json(self.run_dir / "results.json", results)   # last: its presence says the report and plots are whole
         return results
