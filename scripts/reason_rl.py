@@ -33,7 +33,7 @@ from agentprm.io import provenance, write_json, write_text
 from agentprm.prm.metrics import auc
 from agentprm.reason.check import checker, step_verdicts
 from agentprm.reason.config import ChainConfig, ReasonerConfig, ReasonRLConfig
-from agentprm.reason.model import load_reasoner, prompt_ids, reasoner_for
+from agentprm.reason.model import load_reasoner, prompt_ids, reasoner_for, response_text
 from agentprm.reason.problems import chain_problems
 from agentprm.reason.rl import greedy_outcomes, sample_groups, spro_token_advantages, token_logprobs, train_rl
 
@@ -86,7 +86,7 @@ def msa_auc(model, folder: Path, tok, test, cfg: ReasonRLConfig, seed: int, chec
         msa = spro_token_advantages(outcomes, lp - ref, mask, cfg.beta) - (
             spro_token_advantages(outcomes, torch.zeros_like(lp), mask, cfg.beta))   # the MSA part alone
         for i, resp in enumerate(responses):
-            text = tok.decode([t for t in resp if t != end], skip_special_tokens=True)
+            text = response_text(tok, resp, end)
             verdict = step_verdicts(problem, text)
             ends = [k for k, t in enumerate(resp) if t == newline] + [len([t for t in resp if t != end]) - 1]
             first = verdict.first_error if verdict.first_error is not None else len(verdict.lines)

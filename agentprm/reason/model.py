@@ -50,8 +50,9 @@ def prompt_ids(tokenizer, problem: Problem) -> list[int]:
                                               add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
 
 
-def response_ids(tokenizer, text: str) -> list[int]:
-    return reply_ids(tokenizer, text)
+def response_text(tokenizer, ids: Sequence[int], end: int) -> str:
+    """A generated response's text: its tokens without the end-of-turn token (and specials)."""
+    return tokenizer.decode([t for t in ids if t != end], skip_special_tokens=True)
 
 
 def init_reasoner(cfg: ReasonerConfig, texts: Sequence[str], seed: int):
@@ -64,7 +65,7 @@ def init_reasoner(cfg: ReasonerConfig, texts: Sequence[str], seed: int):
 def sft_examples(tokenizer, pairs: Sequence[tuple[Problem, str]]) -> list[Example]:
     examples = []
     for problem, solution in pairs:
-        p, r = prompt_ids(tokenizer, problem), response_ids(tokenizer, solution)
+        p, r = prompt_ids(tokenizer, problem), reply_ids(tokenizer, solution)
         examples.append(Example(p + r, [IGNORE] * len(p) + r))
     return examples
 
@@ -128,8 +129,7 @@ class HFCompleter:
         for k in range(0, len(prompts), per_call):
             for ids in self.backend.generate(prompts[k:k + per_call], n, self.temperature, self.max_new_tokens,
                                              seed + k):
-                out.append([self.tokenizer.decode([t for t in seq if t != self.end], skip_special_tokens=True)
-                            for seq in ids])
+                out.append([response_text(self.tokenizer, seq, self.end) for seq in ids])
         return out
 
 

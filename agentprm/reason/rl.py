@@ -43,7 +43,7 @@ from agentprm.agent.lm import HFBackend
 from agentprm.agent.scoring import right_pad
 from agentprm.policy.advantages import group_outcome_advantages, spro_advantages
 from agentprm.reason.config import ReasonRLConfig
-from agentprm.reason.model import HFCompleter, prompt_ids
+from agentprm.reason.model import HFCompleter, prompt_ids, response_text
 from agentprm.reason.problems import Problem
 
 # --------------------------------------------------------------------------------------------- token log-probs
@@ -125,7 +125,7 @@ def sample_groups(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLCo
     ids = backend.generate(prompts, cfg.group, cfg.temperature, cfg.max_new_tokens, seed)
     groups, right, lengths = [], [], []
     for problem, responses in zip(problems, ids):
-        texts = [tokenizer.decode([t for t in r if t != end], skip_special_tokens=True) for r in responses]
+        texts = [response_text(tokenizer, r, end) for r in responses]
         outcomes = torch.tensor([float(check(problem, t)) for t in texts])
         right += outcomes.tolist()
         lengths += [len(r) for r in responses]
@@ -208,7 +208,7 @@ def _update(model, reference, implicit, optimizer, prm_optimizer, tokenizer, bat
         metrics["prm_loss"] = _update_implicit(implicit, prm_optimizer, prompts, responses, ref, mask,
                                                torch.cat(outcomes), cfg.beta, pad)
     model.train()
-    for epoch in range(cfg.ppo_epochs):
+    for _ in range(cfg.ppo_epochs):
         logp, _, ent = token_logprobs(model, prompts, responses, pad, entropy=True)
         if cfg.algo != "prime":
             log_ratio = (logp - ref).detach()
