@@ -16,6 +16,12 @@ saw, as a function of distinct train tasks (and so rollouts), the PRM's objectiv
   states for the accuracy. The train-side same-state accuracy (its own targets) is kept beside it: the gap is the
   generalisation the curve is about.
 
+- **Capacity at equal data** (the `*-tiny` and `*-small` variants): one backbone per preset size (0.52 M and 4.29 M
+  parameters), each SFT'd by π0's recipe on the same expert demos (the first GAMES train games of `--backbone GAMES
+  STEPS`) for the same STEPS steps. `order-<size>` ranks a state's commands by the backbone's own log π(a|s) (no
+  critic trained); `cont-plackett-luce[-prior]-<size>` is the listwise critic on continuation labels initialised
+  from it (with it as the prior).
+
 Every stage is resumable (StageRunner under --out): a rerun with a larger --tasks list plays only the new games'
 rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
 """
@@ -80,7 +86,14 @@ VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers s
     "cont-plackett-luce-prior": Variant("plackett-luce", epochs=8.0, data="continuation", prior=1.0),
     # 4x the passes: can the 0.5 M critic fit its train states at all, and does fitting them carry to unseen ones?
     "cont-plackett-luce-prior-e32": Variant("plackett-luce", epochs=32.0, data="continuation", prior=1.0),
+    # capacity at equal data: backbones SFT'd by π0's recipe at two sizes on the same demos (`backbone`), each ranking
+    # by its own policy ("order": log π(a|s), no critic trained) and as the critic's init (with its own prior)
+    **{f"{kind}-{size}": Variant(loss, epochs=8.0, data="continuation", prior=prior, init=f"backbone:{size}")
+       for size in ("tiny", "small")
+       for kind, loss, prior in (("order", "order", 0.0), ("cont-plackett-luce", "plackett-luce", 0.0),
+                                 ("cont-plackett-luce-prior", "plackett-luce", 1.0))},
 }
+BACKBONE = (240, 3000)   # the backbones' recipe: expert demos of the first 240 train games, 3,000 SFT steps at any size
 
 
 def heldout(stages: StageRunner, eval_tasks: int, n_states: int, workers: int | None) -> Path:
@@ -249,19 +262,53 @@ def ranking(pred: np.ndarray, truth: np.ndarray, groups: list[str], boot: int = 
             "states_separated": int((count > 0).sum()), "state_right": right.tolist(), "state_pairs": count.tolist()}
 
 
+def backbone(stages: StageRunner, size: str, recipe: tuple[int, int], workers: int | None) -> Path:
+    """π0's recipe at the preset `size`: SFT for `steps` steps (batch 16, one renumbered copy, seed 0) on the expert
+    demos of the first `games` train games (`recipe` = (games, steps)) — the same demos and steps at every size, so
+    the backbones differ in capacity only. Stages: the demos once per recipe, then one SFT per size."""
+    from agentprm.cli import run_command
+
+    games, steps = recipe
+    train_split(stages, games, workers)
+    demos = stages.run(f"demos_{games}", f"backbones/demos-train-{games}.parquet", lambda path: run_command(
+        "demos", "--tasks", stages.run_dir / f"tasks/train-{games}", "--out", path, "--max-steps", 50,
+        "--workers", 1, "--seed", 0))
+    return stages.run(f"backbone_{size}_g{games}_s{steps}", f"backbones/{size}-g{games}-s{steps}", lambda path:
+                      run_command("sft", "--demos", demos, "--out", path, "--model", size, "--steps", steps,
+                                  "--renumber-copies", 1, "--threads", 1, "--seed", 0))
+
+
+def policy_scores(policy: Path, states: list, actions: list[str]) -> np.ndarray:
+    """log π(a | s) of each (state, command) under a policy folder: its own ranking of the commands, no critic."""
+    from agentprm.agent.encoding import prompt_ids, reply_ids
+    from agentprm.agent.format import format_reply
+
+    agent = LMAgent.load(policy, mode="choose")
+    prompts = [prompt_ids(agent.tokenizer, s, agent.prompt_cfg) for s in states]
+    scores = agent.backend.score(prompts, [[reply_ids(agent.tokenizer, format_reply(a))] for a in actions])
+    return np.array([float(x[0]) for x in scores])
+
+
 def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str, seed: int, held: tuple,
-          workers: int | None) -> None:
+          workers: int | None, recipe: tuple[int, int] = BACKBONE) -> None:
     variant, n = VARIANTS[name], len(tasks)
-    target_file = (targets(stages, out, tasks, per_task) if variant.data == "mc"
+    init = (str(DEFAULT_POLICY) if variant.init == "policy" else
+            str(backbone(stages, variant.init.split(":")[1], recipe, workers)) if variant.init.startswith("backbone:")
+            else variant.init)
+    target_file = (None if variant.loss == "order" else targets(stages, out, tasks, per_task) if variant.data == "mc"
                    else continuation_file(stages, out, tasks, per_task, workers))
 
     def build(folder: Path) -> None:
-        init = str(DEFAULT_POLICY) if variant.init == "policy" else variant.init
-        metrics = train_prm(target_file, init, variant.loss, folder / "prm",
-                            TrainConfig(epochs=variant.epochs, seed=seed), PrmDataConfig(heldout_frac=0.0),
-                            prior_weight=variant.prior)
         states, actions, truth = held
-        pred = load_prm(folder / "prm").score(states, actions).numpy()
+        if variant.loss == "order":
+            pred = policy_scores(Path(init), states, actions)
+            metrics = {"final": {"train": {"pairwise_accuracy": None, "pairs": 0}}, "examples": 0, "seconds": 0.0}
+            folder.mkdir(parents=True)
+        else:
+            metrics = train_prm(target_file, init, variant.loss, folder / "prm",
+                                TrainConfig(epochs=variant.epochs, seed=seed), PrmDataConfig(heldout_frac=0.0),
+                                prior_weight=variant.prior)
+            pred = load_prm(folder / "prm").score(states, actions).numpy()
         write_json(folder / "result.json", {
             "tasks": n, "rollouts": n * per_task, "variant": name, "seed": seed, **ranking(pred, truth, [s.key() for s in states]),
             "train": metrics["final"]["train"], "examples": metrics["examples"], "prm_seconds": metrics["seconds"]})
@@ -383,6 +430,9 @@ def main() -> None:
     ap.add_argument("--eval-tasks", type=int, default=72)
     ap.add_argument("--states", type=int, default=200, help="held-out states labelled by the oracle")
     ap.add_argument("--workers", type=int, default=None, help="env worker processes (default: CPU count)")
+    ap.add_argument("--backbone", type=int, nargs=2, default=list(BACKBONE), metavar=("GAMES", "STEPS"),
+                    help="the *-tiny / *-small variants' backbones: SFT on the first GAMES train games' demos for "
+                         f"STEPS steps (default {BACKBONE[0]} {BACKBONE[1]})")
     ap.add_argument("--report-only", action="store_true", help="write the tables and plot of the points done")
     args = ap.parse_args()
     if args.report_only:
@@ -396,7 +446,8 @@ def main() -> None:
             play_rollouts(args.out, tasks, args.per_task, args.workers)
             for name in args.variants:
                 for seed in args.seeds:
-                    point(stages, args.out, tasks, args.per_task, name, seed, held, args.workers)
+                    point(stages, args.out, tasks, args.per_task, name, seed, held, args.workers,
+                          tuple(args.backbone))
                     report(args.out, held)
 
 

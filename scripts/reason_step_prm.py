@@ -19,15 +19,20 @@ completions from every step prefix (labels.py); step PRMs from π's backbone tra
   Monte-Carlo labels of one solution of each of --calibration other eval problems (what the PRM is trained to
   estimate);
 - Best-of-N accuracy for N = 1, 2, 4, ... --samples: each PRM under min / last / product aggregation, the ORM,
-  majority vote over final answers, and a random pick; paired CIs (over problems, seeds as strata) at the largest N.
+  majority vote over final answers, and a random pick; paired CIs (over problems, seeds as strata) at the largest N;
+- step-level beam search (reason/search.py) for each --beams W×K with the BCE-soft PRM (min aggregation) and, as its
+  control, the same search ranking prefixes by a seeded hash; beside Best-of-(W·K) and majority vote over W·K
+  samples, with the generated tokens each spends.
 
-Resumable: a seed's labels, PRMs' scores and results are kept and skipped when present.
+Resumable: a seed's labels, PRMs' scores, its BCE-soft PRM (prm-bce-soft/) and results are kept and skipped when
+present.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -39,6 +44,7 @@ from agentprm.reason.labels import mc_step_labels
 from agentprm.reason.metrics import expected_calibration_error, first_error_f1, reliability
 from agentprm.reason.model import HFCompleter, reasoner_for, sample
 from agentprm.reason.problems import chain_problems
+from agentprm.reason.search import StepSampler, prm_scorer, random_scorer, step_beam
 from agentprm.reason.step_prm import AGGREGATIONS, StepExample, StepPRM, aggregate, train_step_prm
 
 PRMS = {"bce-soft": StepPRMConfig(loss="bce", labels="soft"), "bce-hard": StepPRMConfig(loss="bce", labels="hard"),
@@ -73,18 +79,23 @@ def balanced(indices_right: list[int], indices_wrong: list[int], seed: int) -> l
     return rng.sample(indices_right, n) + rng.sample(indices_wrong, n)
 
 
-def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
-    out = folder / "result.json"
-    if out.exists():
-        return json.loads(out.read_text())
+def seed_data(folder: Path, seed: int, args, chain: ChainConfig, check):
+    """A seed's problems (SFT's, the labelled ones, eval, calibration), its reasoner π and π's labelled solutions."""
     span = (chain.min_steps, chain.max_steps)
     train = chain_problems("train", args.train + args.label_problems, seed, span, chain.digits, chain.ops)
     held_out = chain_problems("eval", args.eval + args.calibration, seed, span, chain.digits, chain.ops)
-    test, calib_problems = held_out[:args.eval], held_out[args.eval:]
     source = Path(args.reasoners) / f"seed{seed}" / "reasoner" if args.reasoners else folder / "reasoner"
     model, tok = reasoner_for(source, train[:args.train], ReasonerConfig(), seed)
     examples = cached(folder / "labels.json", train[args.train:],
                       lambda: labelled(model, tok, train[args.train:], args.k, seed, check))   # problems SFT never saw
+    return held_out[:args.eval], held_out[args.eval:], source, model, tok, examples
+
+
+def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
+    out = folder / "result.json"
+    if out.exists():
+        return json.loads(out.read_text())
+    test, calib_problems, source, model, tok, examples = seed_data(folder, seed, args, chain, check)
     print(f"seed {seed}: {len(examples)} labelled solutions, {sum(e.outcome for e in examples):.0f} right", flush=True)
     solutions = sample(model, tok, test, args.samples, 1.0, seed + 7)
     flat = [(i, j) for i in range(len(test)) for j in range(args.samples)]
@@ -123,6 +134,36 @@ def run_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
     return json.loads(out.read_text())    # as a resumed run reads it (N keys as text)
 
 
+def beam_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
+    """Step-level beam search with the BCE-soft PRM and with the hash control, for each --beams W×K (beam.json)."""
+    out = folder / "beam.json"
+    if out.exists():
+        return json.loads(out.read_text())
+    test, _, source, model, tok, examples = seed_data(folder, seed, args, chain, check)
+    prm_dir = folder / "prm-bce-soft"
+    if not (prm_dir / "config.json").is_file():
+        prm = StepPRM.from_reasoner(source, seed=seed)
+        train_step_prm(prm, examples, PRMS["bce-soft"], seed=seed)
+        prm.save(prm_dir)
+    prm = StepPRM.from_reasoner(prm_dir)
+    whole = sample(model, tok, test, 4, 1.0, seed + 7)      # a whole solution's generated tokens (its end of turn too)
+    per_solution = sum(len(tok(s, add_special_tokens=False)["input_ids"]) + 1 for x in whole for s in x) / (4 * len(test))
+    result: dict = {"seed": seed, "solution_tokens": per_solution, "beams": {}}
+    sampler = StepSampler(model, tok)
+    for beam in args.beams:
+        width, expand = map(int, beam.split("x"))
+        for name, score in (("prm", prm_scorer(prm, "min")), ("hash", random_scorer(seed))):
+            start = time.monotonic()
+            found = step_beam(sampler, score, test, width, expand, seed + 13)
+            result["beams"][f"{beam}/{name}"] = {
+                "outcomes": {p.id: int(check(p, r.solution)) for p, r in zip(test, found)},
+                "tokens": sum(r.tokens for r in found) / len(found), "seconds": round(time.monotonic() - start, 1)}
+            print(f"seed {seed} beam {beam} {name}: {result['beams'][f'{beam}/{name}']['tokens']:.0f} tokens, "
+                  f"{sum(result['beams'][f'{beam}/{name}']['outcomes'].values()) / len(test):.3f}", flush=True)
+    write_json(out, result)
+    return result
+
+
 def best_of_n(test, solutions, scores_of, truth, flat, samples: int, seed: int, check) -> dict:
     """{selector: {N: per-problem outcome}} for N = 1, 2, 4, ... samples."""
     by_problem: dict[int, list[int]] = {}
@@ -146,6 +187,40 @@ def best_of_n(test, solutions, scores_of, truth, flat, samples: int, seed: int, 
         out.setdefault("random", {})[n] = {test[i].id: int(truth[rng.choice(ks[:n])].correct)
                                            for i, ks in by_problem.items()}
     return out
+
+
+def beam_table(results: dict, beams: dict, seeds: list[int], shapes: list[str], table: dict) -> list[str]:
+    """Beam search (PRM, hash control) beside Best-of-(W·K) and majority over W·K samples: accuracy, tokens, and
+    paired differences over problems with seeds as strata."""
+    per_solution = sum(beams[s]["solution_tokens"] for s in seeds) / len(seeds)
+    lines = ["", f"Step-level beam search (BCE-soft PRM, min) vs Best-of-N at N = W·K samples (a whole solution: "
+             f"{per_solution:.1f} generated tokens):", "",
+             "| search | tokens a problem | accuracy % | beam (PRM) − this, points [95% CI] |", "|---|---|---|---|"]
+    table["beam"] = {"solution_tokens": per_solution}
+    for shape in shapes:
+        width, expand = map(int, shape.split("x"))
+        n = str(width * expand)
+        rows = {f"beam {shape}, PRM": ({s: beams[s]["beams"][f"{shape}/prm"]["outcomes"] for s in seeds},
+                                        sum(beams[s]["beams"][f"{shape}/prm"]["tokens"] for s in seeds) / len(seeds)),
+                f"beam {shape}, hash (control)": ({s: beams[s]["beams"][f"{shape}/hash"]["outcomes"] for s in seeds},
+                                                  sum(beams[s]["beams"][f"{shape}/hash"]["tokens"] for s in seeds)
+                                                  / len(seeds))}
+        if all(n in results[s]["bon"]["majority"] for s in seeds):
+            for sel, label in (("bce-soft/min", f"Best-of-{n}, PRM"), ("majority", f"majority of {n}")):
+                rows[label] = ({s: results[s]["bon"][sel][n] for s in seeds}, int(n) * per_solution)
+        base = rows[f"beam {shape}, PRM"][0]
+        for label, (outcomes, tokens) in rows.items():
+            acc = sum(sum(o.values()) for o in outcomes.values()) / sum(len(o) for o in outcomes.values())
+            cell = {"accuracy": acc, "tokens": tokens}
+            delta = ""
+            if outcomes is not base:
+                d = paired_difference({s: {k: [v, 1] for k, v in base[s].items()} for s in seeds},
+                                      {s: {k: [v, 1] for k, v in outcomes[s].items()} for s in seeds})
+                cell["beam_minus_this"] = d
+                delta = f"{100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]"
+            table["beam"][label] = cell
+            lines.append(f"| {label} | {tokens:.0f} | {100 * acc:.1f} | {delta} |")
+    return lines
 
 
 def plot_reliability(results: dict, seeds: list[int], path: Path) -> None:
@@ -182,10 +257,13 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=8, help="completions per step prefix (Monte-Carlo labels)")
     ap.add_argument("--samples", type=int, default=64, help="solutions per eval problem (the largest N)")
     ap.add_argument("--calibration", type=int, default=150, help="other eval problems, one solution each with MC labels")
+    ap.add_argument("--beams", nargs="*", default=["2x2", "4x4", "8x8"], metavar="WxK",
+                    help="step-level beam searches: width x expansion (none: skip the beam stage)")
     ap.add_argument("--checker", default="numeric")
     args = ap.parse_args()
     out, chain, check = Path(args.out), ChainConfig(), checker(args.checker)
     results = {seed: run_seed(out / f"seed{seed}", seed, args, chain, check) for seed in args.seeds}
+    beams = {seed: beam_seed(out / f"seed{seed}", seed, args, chain, check) for seed in args.seeds} if args.beams else {}
     seeds = args.seeds
     lines = ["| step PRM | first-error F1 at 0.5 | acc. on wrong / right solutions | F1 at a tuned threshold | "
              "ECE vs checker | ECE vs held-out MC |", "|---|---|---|---|---|---|"]
@@ -225,6 +303,8 @@ def main() -> None:
         lines.append(f"- {a} − {b}: {100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]")
     pi = sum(results[s]["pi_accuracy"] for s in seeds) / len(seeds)
     lines += ["", f"π's sampled accuracy (temperature 1): {100 * pi:.1f}%"]
+    if beams:
+        lines += beam_table(results, beams, seeds, args.beams, table)
     plot_reliability(results, seeds, out / "reliability.png")
     write_json(out / "summary.json", {**table, "pi_accuracy": pi, "seeds": seeds, "provenance": provenance(vars(args))})
     write_text(out / "report.md", "\n".join(lines) + "\n")

@@ -85,3 +85,22 @@ def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path
     assert {p["tasks"] for p in curve["points"]} == {3, 6}
     prm = out / "points" / "cont-bradley-terry-prior" / "n6_k2" / "s0" / "prm"
     assert json.loads((prm / "agentprm.json").read_text())["prior_weight"] == 1.0 and (prm / "prior").is_dir()
+
+
+@pytest.mark.slow
+def test_the_capacity_axis_builds_its_backbones_once_and_ranks_by_them(tmp_path):
+    """The *-tiny variants in miniature: demos of the first 3 train games, a 4-step SFT backbone (built once, shared by
+    both variants), its own order scored without training, and a listwise critic from it with it as the prior."""
+    out = tmp_path / "curve"
+    _run(out, "--tasks", "3", "--per-task", "2", "--variants", "order-tiny", "cont-plackett-luce-prior-tiny",
+         "--backbone", "3", "4")
+    built = out / "backbones" / "tiny-g3-s4"
+    sft = json.loads((built / "agentprm.json").read_text())["sft"]
+    assert sft["config"]["model"] == "tiny" and sft["metrics"]["steps"] == 4
+    assert sorted(p.name for p in (out / "backbones").iterdir()) == ["demos-train-3.parquet", "tiny-g3-s4"]
+    order = json.loads((out / "points" / "order-tiny" / "n3_k2" / "s0" / "result.json").read_text())
+    assert order["examples"] == 0 and order["train"]["pairs"] == 0 and order["pairs"] > 0
+    critic = out / "points" / "cont-plackett-luce-prior-tiny" / "n3_k2" / "s0"
+    assert json.loads((critic / "result.json").read_text())["examples"] > 0
+    meta = json.loads((critic / "prm" / "agentprm.json").read_text())
+    assert meta["prior_weight"] == 1.0 and (critic / "prm" / "prior" / "config.json").is_file()

@@ -158,3 +158,22 @@ def test_reason_sft_trains_lora_adapters_on_a_model_folder(hf_folders, tmp_path)
     model, _ = load_reasoner(out)          # the base with the adapter merged in
     assert sum(p.numel() for p in model.parameters()) > 0
     assert main(["reason", "sft", "--problems", str(train), "--out", str(tmp_path / "x"), "--lora-r", "4"]) == 2
+
+
+def test_reason_rl_trains_lora_adapters_whose_reference_is_the_adapters_switched_off(hf_folders, tmp_path):
+    """`reason rl --lora-r`: only the adapter is saved; π_ref is the policy with its adapters off (no second copy),
+    so at the first step, adapters still at their zero init, the policy's KL to π_ref is exactly 0."""
+    from agentprm.reason.model import load_reasoner
+
+    train = tmp_path / "train.jsonl"
+    assert main(["reason", "problems", "--split", "train", "--num", "10", "--out", str(train)]) == 0
+    for algo in ("spro", "prime"):
+        out, summary = tmp_path / algo, tmp_path / f"{algo}.json"
+        assert main(["reason", "rl", "--model", str(hf_folders["qwen2"]), "--problems", str(train), "--algo", algo,
+                     "--steps", "2", "--prompts", "2", "--group", "2", "--max-new-tokens", "6", "--lr", "1e-2",
+                     "--lora-r", "4", "--out", str(out), "--json", str(summary)]) == 0
+        assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()
+        log = json.loads(summary.read_text())["log"]
+        assert [r["step"] for r in log] == [1, 2]
+        assert log[0]["kl_ref"] == 0.0
+        assert sum(p.numel() for p in load_reasoner(out)[0].parameters()) > 0

@@ -231,6 +231,46 @@ def test_a_few_rl_steps_learn_what_the_checker_rewards(algo):
     assert ("prm_loss" in rows[-1]) == (algo == "prime")
 
 
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("algo", ["spro", "prime"])
+def test_a_killed_rl_run_resumes_to_the_weights_an_uninterrupted_run_ends_with(algo, tmp_path):
+    """A crash after step 3 of 5; the same run started again in the same checkpoint block trains steps 4 and 5 only
+    and ends bit for bit where the uninterrupted run ends — the policy, PRIME's implicit PRM and the problem order."""
+    from agentprm.train.checkpoint import resumable
+
+    problems = chain_problems("train", 8, seed=0)
+    cfg = ReasonRLConfig(algo=algo, steps=5, prompts=3, group=4, max_new_tokens=4, lr=3e-3, prime_lr=3e-3)
+    starts_with_7 = lambda p, text: text.startswith("7")   # noqa: E731
+
+    def run(root, crash_after=0):
+        model, tok = _tiny()
+        seen = []
+
+        def log(row):
+            seen.append(row["step"])
+            if row["step"] == crash_after:
+                raise Crash
+
+        with resumable(root, 1e-9):   # a checkpoint after every step
+            rows = train_rl(model, tok, problems, cfg, starts_with_7, seed=1, on_log=log)
+        return model, rows, seen
+
+    whole, rows, _ = run(tmp_path / "a")
+    with pytest.raises(Crash):
+        run(tmp_path / "b", crash_after=4)
+    resumed, rows_b, seen = run(tmp_path / "b")
+    assert seen == [4, 5]                          # step 4 crashed before its checkpoint: trained again, 5 new
+    drop = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]   # noqa: E731
+    assert drop(rows_b) == drop(rows) and [r["step"] for r in rows_b] == [1, 2, 3, 4, 5]
+    assert all(torch.equal(p, q) for p, q in zip(whole.parameters(), resumed.parameters()))
+    again, rows_c, seen = run(tmp_path / "b")      # a finished run started again trains nothing
+    assert seen == [] and drop(rows_c) == drop(rows)
+    assert all(torch.equal(p, q) for p, q in zip(whole.parameters(), again.parameters()))
+
+
 # ------------------------------------------------------------------------------------------------- the step PRM
 from agentprm.reason.config import StepPRMConfig  # noqa: E402
 from agentprm.reason.model import ReasonerConfig, train_reasoner  # noqa: E402
@@ -342,3 +382,79 @@ def test_step_labels_from_a_real_policy_and_a_step_prm_judged_by_first_error_f1(
     truth = [step_verdicts(p, s).first_error for p, s in zip(problems, solutions)]
     score = first_error_f1(scores, truth)
     assert score.n_error + score.n_correct == 6 and 0.0 <= score.f1 <= 1.0
+
+
+# -------------------------------------------------------------------------------------- step-level beam search
+from agentprm.agent.lm import HFBackend  # noqa: E402
+from agentprm.reason.model import prompt_ids  # noqa: E402
+from agentprm.reason.search import StepSampler, prm_scorer, random_scorer, step_beam  # noqa: E402
+
+RIGHT = ("37 + 58 = 95", "95 - 21 = 74", "74 * 3 = 222", "Answer: 222")
+SLIPS = ("37 + 58 = 96", "95 - 21 = 75", "74 * 3 = 221", "Answer: 221")
+
+
+class ScriptedSampler:
+    """Offers, after a prefix of k lines, the slipped k-th line first and the right one second (more than two
+    draws repeat them); the answer line ends the turn. Records what it was asked."""
+
+    def __init__(self):
+        self.asked: list[tuple] = []
+
+    def next_lines(self, problems, prefixes, n, seed):
+        self.asked.append(tuple(prefixes))
+        return [[(pair[j % 2], len(x) == 3, 5) for j in range(n)]
+                for x in prefixes for pair in [(SLIPS[len(x)], RIGHT[len(x)])]]
+
+
+def oracle(problems, prefixes):
+    """1 for a prefix with no wrong line, else 0 — the checker as a step scorer."""
+    return [float(step_verdicts(p, "\n".join(x)).first_error in (None, len(x))) for p, x in zip(problems, prefixes)]
+
+
+def test_beam_search_keeps_the_best_prefixes_and_answers_with_the_best_finished_solution():
+    sampler = ScriptedSampler()
+    [found] = step_beam(sampler, oracle, [P], width=1, expand=2, seed=0)
+    assert found.solution == "\n".join(RIGHT) and found.score == 1.0
+    assert found.tokens == 4 * 2 * 5                             # 4 depths × 1 beam × 2 lines × 5 tokens
+    assert sampler.asked == [((),), (RIGHT[:1],), (RIGHT[:2],), (RIGHT[:3],)]   # only the kept prefix grows
+    # two beams: the right prefix and, ranked below it, a slipped one; duplicates of a draw count once
+    sampler = ScriptedSampler()
+    step_beam(sampler, oracle, [P], width=2, expand=4, seed=0)
+    assert sampler.asked[1] == (RIGHT[:1], SLIPS[:1])
+    # the same search with no judgement keeps whatever the hash prefers, and answers with a finished solution
+    [blind] = step_beam(ScriptedSampler(), random_scorer(0), [P], width=1, expand=2, seed=0)
+    assert len(steps(blind.solution)) == 4 and blind.solution.splitlines()[-1].startswith("Answer:")
+    assert random_scorer(0)([P], [RIGHT]) == random_scorer(0)([P], [RIGHT]) != random_scorer(1)([P], [RIGHT])
+    with pytest.raises(UserError, match="width, expand and max_lines must be >= 1"):
+        step_beam(ScriptedSampler(), oracle, [P], width=0, expand=2, seed=0)
+
+
+def test_a_line_budget_ends_every_beam():
+    [found] = step_beam(ScriptedSampler(), oracle, [P], width=2, expand=2, seed=0, max_lines=2)
+    assert found.solution == "\n".join(RIGHT[:2])            # unfinished at the budget: the best prefix is the answer
+
+
+def test_stop_tokens_end_a_completion_where_the_same_draws_would_have_gone_on(reasoner_dir):
+    model, tok = load_reasoner(reasoner_dir)
+    newline = tok("\n", add_special_tokens=False)["input_ids"][-1]
+    end = StepSampler(model, tok).end
+    prompts = [prompt_ids(tok, p) for p in chain_problems("eval", 3, seed=1)]
+    whole = HFBackend(model, tok.pad_token_id, end).generate(prompts, 2, 1.0, 24, seed=3)
+    lines = HFBackend(model, tok.pad_token_id, end, stop_ids=[newline]).generate(prompts, 2, 1.0, 24, seed=3)
+    for w, x in zip((s for group in whole for s in group), (s for group in lines for s in group)):
+        cut = next((k for k, t in enumerate(w) if t in (newline, end)), len(w) - 1)
+        assert x == w[:cut + 1]                                  # the same tokens, up to and including the stop
+
+
+def test_a_step_prm_saved_and_loaded_scores_the_same_and_guides_a_real_search(reasoner_dir, tmp_path):
+    prm = StepPRM.from_reasoner(reasoner_dir, seed=4)
+    prm.save(tmp_path / "prm")
+    again = StepPRM.from_reasoner(tmp_path / "prm", seed=9)      # the saved head, not a new one from the seed
+    assert again.step_scores([P], ["\n".join(RIGHT)]) == prm.step_scores([P], ["\n".join(RIGHT)])
+    model, tok = load_reasoner(reasoner_dir)
+    problems = chain_problems("eval", 3, seed=2)
+    found = step_beam(StepSampler(model, tok, max_line_tokens=12), prm_scorer(again, "min"), problems, 2, 2, seed=0,
+                      max_lines=3)
+    assert len(found) == 3 and all(r.tokens > 0 and len(steps(r.solution)) <= 3 for r in found)
+    assert all(r.score == pytest.approx(min(again.step_scores([p], [r.solution])[0]))
+               for p, r in zip(problems, found) if r.solution)

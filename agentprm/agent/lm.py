@@ -73,8 +73,11 @@ class GenerationBackend(Protocol):
 class HFBackend:
     """A local Hugging Face causal LM, run in this process."""
 
-    def __init__(self, model, pad_id: int, eos_id: int):
+    def __init__(self, model, pad_id: int, eos_id: int, stop_ids: Sequence[int] = ()):
+        """`stop_ids`: more tokens that end a completion (kept, like the end-of-turn token) — e.g. a newline, to
+        generate one reasoning step at a time (reason/search.py)."""
         self.model, self.pad_id, self.eos_id = model.eval(), pad_id, eos_id
+        self.stops = frozenset({eos_id, *stop_ids})
         # the prompt's forward needs only the last position's logits (most HF causal LMs take logits_to_keep)
         self._last_logits = ({"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters
                              else {})
@@ -94,6 +97,7 @@ class HFBackend:
         next_pos = mask.sum(-1)
         mask = torch.cat([mask, mask.new_ones(len(rows), max_new_tokens)], 1)  # sliced per step, not regrown
         done = torch.zeros(len(rows), dtype=torch.bool, device=device)
+        stops = torch.tensor(sorted(self.stops), device=device)
         tokens = []
         for step in range(max_new_tokens):
             logits = out.logits[:, -1].float()
@@ -104,19 +108,21 @@ class HFBackend:
                 tok = logits.argmax(-1)
             tok = tok.masked_fill(done, self.pad_id)
             tokens.append(tok)
-            done |= tok == self.eos_id
+            done |= torch.isin(tok, stops)
             if done.all():
                 break
             out = self.model(input_ids=tok[:, None], attention_mask=mask[:, :width + step + 1],
                              position_ids=next_pos[:, None], cache=out.cache, use_cache=True)
             next_pos = next_pos + 1
         seqs = torch.stack(tokens, 1).tolist() if tokens else [[] for _ in rows]
-        completions = [_until_eos(s, self.eos_id) for s in seqs]
+        completions = [_until_stop(s, self.stops) for s in seqs]
         return [completions[i * n:(i + 1) * n] for i in range(len(prompt_ids))]
 
 
-def _until_eos(seq: list[int], eos_id: int) -> list[int]:
-    return seq[:seq.index(eos_id) + 1] if eos_id in seq else seq
+def _until_stop(seq: list[int], stops: frozenset[int]) -> list[int]:
+    """The completion up to and including its first stop token (the rest is padding)."""
+    end = next((k for k, t in enumerate(seq) if t in stops), None)
+    return seq if end is None else seq[:end + 1]
 
 
 class LMAgent:

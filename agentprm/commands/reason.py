@@ -5,12 +5,14 @@
     agentprm reason eval --model reasoner --problems eval.jsonl               # accuracy, and step errors if checkable
     agentprm reason rl --model reasoner --problems train.jsonl --eval-problems eval.jsonl --algo spro --out spro
 
+`sft` and `rl` keep a checkpoint beside --out (--checkpoint-every-s): killed, the same command run again resumes.
+
 A problems file is JSONL ("question", "answer", optional "id"): yours (GSM8K-style, judged by --checker) or
 generated. Any Hugging Face causal LM folder works as --model (SFT: --model DIR)."""
 from __future__ import annotations
 
-from agentprm.commands.common import (add_common, add_config_flags, add_device_flags, config_from_args,
-                                      write_summary)
+from agentprm.commands.common import (add_checkpoint_flags, add_common, add_config_flags, add_device_flags,
+                                      config_from_args, write_summary)
 from agentprm.outputs import declare
 from agentprm.reason.config import ALGOS, ChainConfig, ReasonerConfig, ReasonRLConfig
 
@@ -36,6 +38,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output model folder (replaced atomically)")
     add_config_flags(p, ReasonerConfig)
     add_device_flags(p)
+    add_checkpoint_flags(p)
     add_common(p)
     declare(p, {"out": "model"}, inputs=("problems",))
     p.set_defaults(func=run_sft)
@@ -61,6 +64,7 @@ def register(sub) -> None:
     p.add_argument("--checker", default="numeric", metavar="NAME", help=CHECKER_HELP)
     add_config_flags(p, ReasonRLConfig, choices={"algo": ALGOS})
     add_device_flags(p)
+    add_checkpoint_flags(p)
     add_common(p)
     declare(p, {"out": "model"}, inputs=("model", "problems", "eval_problems"))
     p.set_defaults(func=run_rl)
@@ -139,25 +143,31 @@ def run_eval(args) -> int:
 
 def run_rl(args) -> int:
     from agentprm.io import write_json
+    from agentprm.models.lora import add_lora, save_trained
     from agentprm.outputs import atomic_dir
     from agentprm.reason.check import checker
+    from agentprm.train.config import check_lora
     from agentprm.reason.model import load_reasoner
     from agentprm.reason.problems import read_problems
     from agentprm.reason.rl import train_rl
 
     cfg = config_from_args(ReasonRLConfig, args)
     cfg.check()
+    if cfg.lora.r:
+        check_lora(cfg.lora)
     check = checker(args.checker)
     problems = read_problems(args.problems)
     held_out = read_problems(args.eval_problems) if args.eval_problems else []
     model, tokenizer = load_reasoner(args.model)
+    if cfg.lora.r:
+        model = add_lora(model, cfg.lora, seed=args.seed)
 
     def show(row: dict) -> None:
         print(" ".join(f"{k} {v}" for k, v in row.items()), flush=True)
 
     rows = train_rl(model, tokenizer, problems, cfg, check, held_out, seed=args.seed, on_log=show)
     with atomic_dir(args.out) as tmp:
-        model.save_pretrained(tmp)
+        save_trained(model, tmp, cfg.lora.merge, what="reasoner")
         tokenizer.save_pretrained(tmp)
         write_json(tmp / "agentprm.json", {"reason_rl": {"config": vars(cfg), "seed": args.seed, "log": rows}})
     print(f"{cfg.algo}: {len(rows)} steps in {rows[-1]['seconds']:.0f} s; wrote {args.out}")

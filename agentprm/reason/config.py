@@ -58,6 +58,7 @@ class ReasonRLConfig:
     prime_outcome_coef: float = 5.0   # c_o
     prime_process_coef: float = 5.0   # c_p
     eval_every: int = 10          # greedy accuracy on the eval problems every this many steps (0 = only at the end)
+    lora: LoraConfig = field(default_factory=LoraConfig)   # adapters on the policy; π_ref = the adapters switched off
 
     def check(self) -> None:
         require(self.algo in ALGOS, f"reason rl: algo must be one of {', '.join(ALGOS)}, not {self.algo!r}")

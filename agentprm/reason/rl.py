@@ -32,7 +32,8 @@ from __future__ import annotations
 import copy
 import random
 import time
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -45,6 +46,8 @@ from agentprm.policy.advantages import group_outcome_advantages, spro_advantages
 from agentprm.reason.config import ReasonRLConfig
 from agentprm.reason.model import HFCompleter, prompt_ids, response_text
 from agentprm.reason.problems import Problem
+from agentprm.train.checkpoint import active_checkpoints
+from agentprm.train.core import fingerprint
 
 # --------------------------------------------------------------------------------------------- token log-probs
 def token_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
@@ -63,11 +66,13 @@ def token_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequence[
         mask[b, :len(r)] = 1.0
     index, mask = index.to(device), mask.to(device)
     picked = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))    # (B, T, V)
-    logp = picked.log_softmax(-1)
+    norm = picked.logsumexp(-1)
     targets, _ = right_pad([list(r) for r in responses], pad_id)
-    token_lp = logp.gather(-1, targets.to(device)[..., None]).squeeze(-1) * mask
-    ent = -(logp.exp() * logp).sum(-1) * mask if entropy else None
-    return token_lp, mask, ent
+    token_lp = (picked.gather(-1, targets.to(device)[..., None]).squeeze(-1) - norm) * mask
+    if not entropy:
+        return token_lp, mask, None
+    probs = (picked - norm[..., None]).exp()
+    return token_lp, mask, (norm - (probs * picked).sum(-1)) * mask      # H = logZ − Σ p·logit
 
 
 # ------------------------------------------------------------------------------------------------- advantages
@@ -147,25 +152,60 @@ def accuracy(model, tokenizer, problems: Sequence[Problem], check, max_new_token
     return sum(outcomes.values()) / len(outcomes)
 
 
+class _LoopState:
+    """What a resumed RL run needs besides the weights, as one `state_dict` for a checkpoint slot
+    (train/checkpoint.py): both optimizers, the problem order still to draw, and its RNG."""
+
+    def __init__(self, optimizer, prm_optimizer, rng: random.Random, order: list[int]):
+        self.optimizer, self.prm_optimizer, self.rng, self.order = optimizer, prm_optimizer, rng, order
+
+    def state_dict(self) -> dict:
+        version, internal, gauss = self.rng.getstate()
+        return {"optimizer": self.optimizer.state_dict(),
+                "prm_optimizer": self.prm_optimizer.state_dict() if self.prm_optimizer else None,
+                "rng": [version, list(internal), gauss], "order": list(self.order)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.prm_optimizer is not None:
+            self.prm_optimizer.load_state_dict(state["prm_optimizer"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.order[:] = state["order"]
+
+
 def train_rl(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLConfig, check: Callable[[Problem, str], bool],
              eval_problems: Sequence[Problem] = (), seed: int = 0, on_log: Callable[[dict], None] | None = None
              ) -> list[dict]:
     """Run `cfg.steps` RL steps on `model` in place; returns one log row per step (accuracy of the sampled batch,
-    groups kept, mean response length, entropy, loss, seconds; `eval_accuracy` at eval steps)."""
+    groups kept, mean response length, entropy, loss, seconds; `eval_accuracy` at eval steps). Inside a
+    `resumable` block (`agentprm reason rl`: --checkpoint-every-s) the run keeps a checkpoint, and the same run
+    started again continues after its last saved step to the weights an uninterrupted run ends with."""
     cfg.check()
     end, pad = end_of_turn_id(tokenizer), tokenizer.pad_token_id
-    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    # π_ref: a frozen copy — or, for a LoRA policy, the same model with its adapters switched off (no second copy)
+    reference = None if hasattr(model, "disable_adapter") else copy.deepcopy(model).eval().requires_grad_(False)
     implicit = copy.deepcopy(model) if cfg.algo == "prime" else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    prm_optimizer = torch.optim.AdamW(implicit.parameters(), lr=cfg.prime_lr) if implicit is not None else None
-    rng, start, rows = random.Random(f"reason-rl:{seed}"), time.monotonic(), []
-    order: list[Problem] = []
-    for step in range(1, cfg.steps + 1):
-        if len(order) < cfg.prompts:
-            fresh = list(problems)
-            rng.shuffle(fresh)
-            order += fresh
-        chosen, order = order[:cfg.prompts], order[cfg.prompts:]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    prm_optimizer = (torch.optim.AdamW([p for p in implicit.parameters() if p.requires_grad], lr=cfg.prime_lr)
+                     if implicit is not None else None)
+    state = _LoopState(optimizer, prm_optimizer, random.Random(f"reason-rl:{seed}"), [])
+    named = {f"policy.{n}": p for n, p in model.named_parameters() if p.requires_grad}
+    if implicit is not None:
+        named.update({f"implicit.{n}": p for n, p in implicit.named_parameters() if p.requires_grad})
+    checkpoints = active_checkpoints()
+    slot = (checkpoints.slot(fingerprint(f"reason rl {cfg.algo}", len(problems), {**asdict(cfg), "seed": seed},
+                                         named)) if checkpoints else None)
+    resumed = slot.load(named, state, None) if slot else None
+    rows: list[dict] = resumed["history"] if resumed else []
+    start = time.monotonic() - (rows[-1]["seconds"] if rows else 0.0)
+    for step in range(len(rows) + 1, cfg.steps + 1):
+        if len(state.order) < cfg.prompts:
+            fresh = list(range(len(problems)))
+            state.rng.shuffle(fresh)
+            state.order += fresh
+        chosen = [problems[k] for k in state.order[:cfg.prompts]]
+        del state.order[:cfg.prompts]
         model.eval()
         batch = sample_groups(model, tokenizer, chosen, cfg, check, end, seed=seed * 100_003 + step)
         row = {"step": step, "batch_accuracy": round(batch.accuracy, 4), "groups": len(batch.groups),
@@ -179,6 +219,8 @@ def train_rl(model, tokenizer, problems: Sequence[Problem], cfg: ReasonRLConfig,
         rows.append(row)
         if on_log is not None:
             on_log(row)
+        if slot and (step == cfg.steps or slot.due()):
+            slot.save(step, named, state, None, rows, [], finished=step == cfg.steps)
     return rows
 
 
@@ -193,7 +235,8 @@ def _update(model, reference, implicit, optimizer, prm_optimizer, tokenizer, bat
         outcomes.append(outs)
     with torch.no_grad():
         old, mask, _ = token_logprobs(model, prompts, responses, pad)
-        ref, _, _ = token_logprobs(reference, prompts, responses, pad)
+        with model.disable_adapter() if reference is None else nullcontext():
+            ref, _, _ = token_logprobs(model if reference is None else reference, prompts, responses, pad)
     advantages = torch.zeros_like(old)
     metrics: dict = {}
     if cfg.algo == "prime":
@@ -207,14 +250,13 @@ def _update(model, reference, implicit, optimizer, prm_optimizer, tokenizer, bat
         advantages = whiten(returns, mask)
         metrics["prm_loss"] = _update_implicit(implicit, prm_optimizer, prompts, responses, ref, mask,
                                                torch.cat(outcomes), cfg.beta, pad)
+    else:   # SPRO's process reward is π_old's log-ratio to π_ref: fixed for the step's epochs, like the outcome's
+        for (a, b), outs in zip(spans, outcomes):
+            advantages[a:b] = (grpo_token_advantages(outs, mask[a:b]) if cfg.algo == "grpo" else
+                               spro_token_advantages(outs, (old - ref)[a:b], mask[a:b], cfg.beta))
     model.train()
     for _ in range(cfg.ppo_epochs):
         logp, _, ent = token_logprobs(model, prompts, responses, pad, entropy=True)
-        if cfg.algo != "prime":
-            log_ratio = (logp - ref).detach()
-            for (a, b), outs in zip(spans, outcomes):
-                advantages[a:b] = (grpo_token_advantages(outs, mask[a:b]) if cfg.algo == "grpo" else
-                                   spro_token_advantages(outs, log_ratio[a:b], mask[a:b], cfg.beta))
         entropy = (ent * mask).sum() / mask.sum()
         loss = clipped_objective(logp, old, advantages, mask, cfg.clip) - cfg.entropy_coef * entropy
         optimizer.zero_grad()

@@ -28,6 +28,7 @@ from agentprm.agent.scoring import right_pad
 from agentprm.errors import require
 from agentprm.models import load_tokenizer
 from agentprm.models.presets import load_weights
+from agentprm.outputs import atomic_dir
 from agentprm.prm.model import quiet_transformers
 from agentprm.prm.pqm import pqm_loss
 from agentprm.reason.check import steps
@@ -57,7 +58,8 @@ class StepPRM(nn.Module):
 
     @classmethod
     def from_reasoner(cls, folder: str | Path, seed: int = 0) -> StepPRM:
-        """The reasoner's backbone (a model folder) with a new scalar head; `seed` fixes the head."""
+        """The reasoner's backbone (a model folder) with a new scalar head; `seed` fixes the head. A folder that
+        `save` wrote loads with its trained head."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             with quiet_transformers():   # its load report lists the new head as "MISSING": expected here
@@ -65,6 +67,12 @@ class StepPRM(nn.Module):
         tokenizer = load_tokenizer(folder)
         lm.config.pad_token_id = tokenizer.pad_token_id
         return cls(lm, tokenizer)
+
+    def save(self, folder: str | Path) -> None:
+        """Weights (safetensors, the head included) and tokenizer, written atomically; `from_reasoner` loads it."""
+        with atomic_dir(folder) as tmp:
+            self.lm.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
 
     def encode(self, problem: Problem, lines: Sequence[str]) -> tuple[list[int], list[int]]:
         """Token ids of prompt ⊕ lines (each closed by a newline) and the position of each closing newline."""

@@ -42,8 +42,9 @@ class Slot:
         return time.monotonic() - self.last >= self.every_s
 
     def load(self, params: dict[str, torch.nn.Parameter], opt, sched) -> dict | None:
-        """Restore a saved state of this same training into `params`, `opt`, `sched` and the RNGs; returns what the
-        core needs to continue ({"step", "finished", "history", "window"}), or None when there is none to resume."""
+        """Restore a saved state of this same training into `params`, `opt`, `sched` (anything with `state_dict` /
+        `load_state_dict`; None: none) and the RNGs; returns what the training needs to continue ({"step",
+        "finished", "history", "window"}), or None when there is none to resume."""
         import torch
         from safetensors.torch import load_file
 
@@ -61,7 +62,8 @@ class Slot:
                 p.copy_(weights[name])
         state = torch.load(self.path / STATE, weights_only=True)
         opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
+        if sched is not None:
+            sched.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         version, internal, gauss = meta["python_rng"]
         random.setstate((version, tuple(internal), gauss))
@@ -78,7 +80,7 @@ class Slot:
         _clear_leftovers(self.path)   # a kill inside an earlier save's block
         with atomic_dir(self.path) as tmp:
             save_file({n: p.detach().cpu().contiguous() for n, p in params.items()}, str(tmp / WEIGHTS))
-            torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+            torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict() if sched is not None else None,
                         "torch_rng": torch.get_rng_state()}, tmp / STATE)
             (tmp / META).write_text(json.dumps({"fingerprint": self.fingerprint, "step": step, "finished": finished,
                                                 "history": history, "window": window,

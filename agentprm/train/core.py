@@ -107,7 +107,7 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
     model.train()
     history, window = [], []
     tracker, checkpoints = active(), active_checkpoints()
-    slot = checkpoints.slot(fingerprint(description, len(examples), cfg, named)) if checkpoints else None
+    slot = checkpoints.slot(fingerprint(description, len(examples), cfg.to_dict(), named)) if checkpoints else None
     resumed = slot.load(named, opt, sched) if slot else None
     done = resumed["step"] if resumed else 0
     if resumed:
@@ -161,10 +161,10 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
     return history
 
 
-def fingerprint(description: str, n_examples: int, cfg: TrainConfig, named: dict[str, torch.Tensor]) -> dict:
+def fingerprint(description: str, n_examples: int, config: dict, named: dict[str, torch.Tensor]) -> dict:
     """What makes a checkpoint this training's (train/checkpoint.py): a slot saved by another is not resumed."""
     shapes = hashlib.sha256(json.dumps([(n, list(p.shape)) for n, p in named.items()]).encode()).hexdigest()
-    return {"description": description, "examples": n_examples, "config": cfg.to_dict(), "parameters": shapes}
+    return {"description": description, "examples": n_examples, "config": config, "parameters": shapes}
 
 
 def autocast(model: torch.nn.Module, precision: str):
