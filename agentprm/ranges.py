@@ -43,7 +43,7 @@ _BY_NAME = {
                  "samples_per_state", "search_width", "search_expand", "search_per_task", "episodes_per_task",
                  "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size", "concurrency",
                  "replicas", "best_of", "num", "max_model_len", "max_new_tokens", "report_every", "min_steps", "digits",
-                 "per_problem", "prompts", "group", "ppo_epochs", "samples"),
+                 "per_problem", "prompts", "group", "ppo_epochs", "samples", "k", "beam"),
     PORT: ("port",),
     SEED: ("seed",),
     THREADS: ("threads",),

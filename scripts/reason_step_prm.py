@@ -38,14 +38,14 @@ from pathlib import Path
 
 from agentprm.eval.paired import paired_difference
 from agentprm.io import provenance, write_json, write_text
-from agentprm.reason.check import checker, final_answer, step_verdicts, steps
+from agentprm.reason.check import checker, final_answer, step_verdicts
 from agentprm.reason.config import ChainConfig, ReasonerConfig, StepPRMConfig
-from agentprm.reason.labels import mc_step_labels
+from agentprm.reason.labels import StepExample, label_solutions
 from agentprm.reason.metrics import expected_calibration_error, first_error_f1, reliability
 from agentprm.reason.model import HFCompleter, reasoner_for, sample
 from agentprm.reason.problems import chain_problems
 from agentprm.reason.search import StepSampler, prm_scorer, random_scorer, step_beam
-from agentprm.reason.step_prm import AGGREGATIONS, StepExample, StepPRM, aggregate, train_step_prm
+from agentprm.reason.step_prm import AGGREGATIONS, StepPRM, aggregate, train_step_prm
 
 PRMS = {"bce-soft": StepPRMConfig(loss="bce", labels="soft"), "bce-hard": StepPRMConfig(loss="bce", labels="hard"),
         "pqm": StepPRMConfig(loss="pqm"), "orm": StepPRMConfig(loss="orm")}
@@ -53,9 +53,7 @@ PRMS = {"bce-soft": StepPRMConfig(loss="bce", labels="soft"), "bce-hard": StepPR
 
 def labelled(model, tok, problems, k: int, seed: int, check) -> list[StepExample]:
     solutions = [s[0] for s in sample(model, tok, problems, 1, 1.0, seed)]
-    labels = mc_step_labels(problems, solutions, HFCompleter(model, tok, 1.0), k, check, seed + 1)
-    return [StepExample(p, tuple(steps(s)), lab.soft, lab.hard, float(check(p, s)))
-            for p, s, lab in zip(problems, solutions, labels) if steps(s)]
+    return label_solutions(problems, solutions, HFCompleter(model, tok, 1.0), k, check, seed + 1)
 
 
 THRESHOLDS = [k / 20 for k in range(1, 20)]
@@ -144,8 +142,8 @@ def beam_seed(folder: Path, seed: int, args, chain: ChainConfig, check) -> dict:
     if not (prm_dir / "config.json").is_file():
         prm = StepPRM.from_reasoner(source, seed=seed)
         train_step_prm(prm, examples, PRMS["bce-soft"], seed=seed)
-        prm.save(prm_dir)
-    prm = StepPRM.from_reasoner(prm_dir)
+        prm.save(prm_dir, config=vars(PRMS["bce-soft"]), seed=seed)
+    prm = StepPRM.load(prm_dir)
     whole = sample(model, tok, test, 4, 1.0, seed + 7)      # a whole solution's generated tokens (its end of turn too)
     per_solution = sum(len(tok(s, add_special_tokens=False)["input_ids"]) + 1 for x in whole for s in x) / (4 * len(test))
     result: dict = {"seed": seed, "solution_tokens": per_solution, "beams": {}}

@@ -53,6 +53,8 @@ BASE = {
     "reason sft": ["reason", "sft", "--problems", "p", "--out", "o"],
     "reason eval": ["reason", "eval", "--model", "m", "--problems", "p"],
     "reason rl": ["reason", "rl", "--model", "m", "--problems", "p", "--out", "o"],
+    "reason label": ["reason", "label", "--model", "m", "--problems", "p", "--out", "l.parquet"],
+    "reason prm": ["reason", "prm", "--model", "m", "--problems", "p", "--data", "d", "--out", "o"],
 }
 
 

@@ -449,7 +449,7 @@ def test_stop_tokens_end_a_completion_where_the_same_draws_would_have_gone_on(re
 def test_a_step_prm_saved_and_loaded_scores_the_same_and_guides_a_real_search(reasoner_dir, tmp_path):
     prm = StepPRM.from_reasoner(reasoner_dir, seed=4)
     prm.save(tmp_path / "prm")
-    again = StepPRM.from_reasoner(tmp_path / "prm", seed=9)      # the saved head, not a new one from the seed
+    again = StepPRM.load(tmp_path / "prm")                      # the saved head, not a new one
     assert again.step_scores([P], ["\n".join(RIGHT)]) == prm.step_scores([P], ["\n".join(RIGHT)])
     model, tok = load_reasoner(reasoner_dir)
     problems = chain_problems("eval", 3, seed=2)
@@ -458,3 +458,39 @@ def test_a_step_prm_saved_and_loaded_scores_the_same_and_guides_a_real_search(re
     assert len(found) == 3 and all(r.tokens > 0 and len(steps(r.solution)) <= 3 for r in found)
     assert all(r.score == pytest.approx(min(again.step_scores([p], [r.solution])[0]))
                for p, r in zip(problems, found) if r.solution)
+
+
+def test_step_labels_a_step_prm_and_the_searches_it_guides_from_the_cli(reasoner_dir, tmp_path, capsys):
+    """label → prm → eval with Best-of-N and with beam search, on a user's GSM8K-style problems (a final-answer
+    checker is all MC labels need); the labels file round-trips and bad input is refused in one line."""
+    problems = tmp_path / "mine.jsonl"
+    write_problems(problems, chain_problems("train", 6, seed=8))
+    labels, prm, summary = tmp_path / "labels.parquet", tmp_path / "prm", tmp_path / "s.json"
+    assert main(["reason", "label", "--model", str(reasoner_dir), "--problems", str(problems), "--out", str(labels),
+                 "--samples", "2", "--k", "2", "--max-new-tokens", "24", "--json", str(summary)]) == 0
+    from agentprm.reason.labels import read_step_labels
+
+    examples = read_step_labels(labels, read_problems(problems))
+    assert json.loads(summary.read_text())["solutions"] == len(examples) > 0
+    assert all(len(e.soft) == len(e.lines) and e.hard == tuple(int(v > 0) for v in e.soft) for e in examples)
+    assert main(["reason", "prm", "--model", str(reasoner_dir), "--problems", str(problems), "--data", str(labels),
+                 "--out", str(prm), "--steps", "3", "--batch-size", "4", "--loss", "pqm"]) == 0
+    assert json.loads((prm / "agentprm.json").read_text())["config"]["loss"] == "pqm"
+    test = tmp_path / "eval.jsonl"
+    write_problems(test, chain_problems("eval", 4, seed=8))
+    for extra in (["--samples", "3", "--temperature", "1"], ["--beam", "2", "2", "--temperature", "1"]):
+        assert main(["reason", "eval", "--model", str(reasoner_dir), "--problems", str(test), "--prm", str(prm),
+                     "--max-new-tokens", "24", "--json", str(summary), *extra]) == 0
+        result = json.loads(summary.read_text())
+        assert result["problems"] == 4
+        assert ("beam" in result) == ("--beam" in extra) and ("prm_best_of_n_accuracy" in result) != ("--beam" in extra)
+    capsys.readouterr()
+    assert main(["reason", "eval", "--model", str(reasoner_dir), "--problems", str(test), "--beam", "2", "2"]) == 2
+    assert "--beam needs --prm" in capsys.readouterr().err
+    assert main(["reason", "eval", "--model", str(reasoner_dir), "--problems", str(test), "--prm", str(reasoner_dir)]) == 2
+    assert "not a step PRM folder" in capsys.readouterr().err
+    other = tmp_path / "other.jsonl"
+    write_problems(other, chain_problems("train", 3, seed=99))
+    assert main(["reason", "prm", "--model", str(reasoner_dir), "--problems", str(other), "--data", str(labels),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "row 0: field 'id'" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -9,6 +9,7 @@ from agentprm.train.config import LoraConfig, TrainConfig
 
 ALGOS = ("grpo", "spro", "prime")
 STEP_LOSSES = ("bce", "pqm", "orm")
+AGGREGATIONS = ("min", "last", "product")   # a solution's score from its step scores (step_prm.py `aggregate`)
 
 
 @dataclass

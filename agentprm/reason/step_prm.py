@@ -15,7 +15,6 @@ Best-of-N reads a solution's step scores through an aggregation: `min` (the weak
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -24,30 +23,24 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForSequenceClassification
 
+from agentprm.agent.encoding import read_json_object
 from agentprm.agent.scoring import right_pad
-from agentprm.errors import require
+from agentprm.errors import UserError, require
+from agentprm.io import write_json
 from agentprm.models import load_tokenizer
 from agentprm.models.presets import load_weights
 from agentprm.outputs import atomic_dir
 from agentprm.prm.model import quiet_transformers
 from agentprm.prm.pqm import pqm_loss
 from agentprm.reason.check import steps
-from agentprm.reason.config import StepPRMConfig
-from agentprm.reason.model import prompt_ids
+from agentprm.reason.config import AGGREGATIONS, StepPRMConfig
+from agentprm.reason.labels import StepExample
+from agentprm.reason.model import CONFIG_FILE, prompt_ids
 from agentprm.reason.problems import Problem
 from agentprm.train.config import TrainConfig
 from agentprm.train.core import train
 
-AGGREGATIONS = ("min", "last", "product")
-
-
-@dataclass(frozen=True)
-class StepExample:
-    problem: Problem
-    lines: tuple[str, ...]
-    soft: tuple[float, ...]
-    hard: tuple[int, ...]
-    outcome: float
+KIND = "step-prm"
 
 
 class StepPRM(nn.Module):
@@ -68,11 +61,22 @@ class StepPRM(nn.Module):
         lm.config.pad_token_id = tokenizer.pad_token_id
         return cls(lm, tokenizer)
 
-    def save(self, folder: str | Path) -> None:
-        """Weights (safetensors, the head included) and tokenizer, written atomically; `from_reasoner` loads it."""
+    @classmethod
+    def load(cls, folder: str | Path) -> StepPRM:
+        """A step PRM `save` wrote (a one-line error for any other folder: a reasoner would load with a random head)."""
+        meta = Path(folder) / CONFIG_FILE
+        info = read_json_object(meta) if meta.is_file() else {}
+        if info.get("kind") != KIND:
+            raise UserError(f"{folder}: not a step PRM folder ({CONFIG_FILE} kind is {info.get('kind')!r}, "
+                            f"expected {KIND!r})")
+        return cls.from_reasoner(folder)
+
+    def save(self, folder: str | Path, **info) -> None:
+        """Weights (safetensors, the head included), tokenizer and `info` (kind "step-prm"), written atomically."""
         with atomic_dir(folder) as tmp:
             self.lm.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
+            write_json(tmp / CONFIG_FILE, {"kind": KIND, **info})
 
     def encode(self, problem: Problem, lines: Sequence[str]) -> tuple[list[int], list[int]]:
         """Token ids of prompt ⊕ lines (each closed by a newline) and the position of each closing newline."""
