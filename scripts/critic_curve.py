@@ -334,6 +334,23 @@ def pooled(results: list[dict], base: list[dict] | None, boot: int = 2000) -> tu
     return right.sum() / count.sum(), ci, [float(point), *np.quantile(a - b, [0.025, 0.975]).tolist()]
 
 
+def capacity_pairs(groups: dict[tuple, list[dict]]) -> list[dict]:
+    """The capacity axis's paired differences at each point: the small backbone's variant − the tiny one's, and each
+    critic − its own backbone's order."""
+    found = []
+    for (name, tasks, rollouts), rows in sorted(groups.items()):
+        kind, _, size = name.rpartition("-")
+        others = [(f"{kind}-tiny", "small − tiny")] if size == "small" else []
+        if size in ("tiny", "small") and kind != "order":
+            others.append((f"order-{size}", "critic − its backbone's order"))
+        for base, what in others:
+            if (base, tasks, rollouts) in groups:
+                _, _, delta = pooled(rows, groups[(base, tasks, rollouts)])
+                if delta is not None:
+                    found.append({"a": name, "b": base, "what": what, "tasks": tasks, "delta": delta})
+    return found
+
+
 def report(out: Path, held: tuple) -> None:
     """Every point trained so far under `out` (this run's and earlier runs'): one row per seed, and the seeds pooled
     per point with the paired difference from the variant's smallest point."""
@@ -373,6 +390,12 @@ def report(out: Path, held: tuple) -> None:
                      + span(delta) + " " + span(vs_prior))
     lines.append(f"| π0's own order of its top {TOP} (no PRM) | — | — | — | {prior['pairwise_accuracy']:.3f} | "
                  f"[{prior['ci95'][0]:.3f}, {prior['ci95'][1]:.3f}] | — | — | — | — |")
+    capacity = capacity_pairs(groups)
+    if capacity:
+        lines += ["", "Capacity at equal data (paired on the same held-out states and seeds):", "",
+                  "| A | B | train games | Δ pairwise acc. | paired 95% CI |", "|---|---|---|---|---|"]
+        lines += [f"| {c['a']} | {c['b']} | {c['tasks']} | {c['delta'][0]:+.3f} | [{c['delta'][1]:+.3f}, "
+                  f"{c['delta'][2]:+.3f}] |" for c in capacity]
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
               "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):
@@ -381,7 +404,7 @@ def report(out: Path, held: tuple) -> None:
                      f"{fmt(r['ci95'][1])}] | {fmt(r['mean_state_spearman'])} | {fmt(r['train']['pairwise_accuracy'])}"
                      f" ({r['train']['pairs']}) | {r['prm_seconds']:.0f} |")
     write_text(out / "curve.md", "\n".join(lines) + "\n")
-    write_json(out / "curve.json", {"pooled": summary, "pi0_order": {k: v for k, v in prior.items()
+    write_json(out / "curve.json", {"pooled": summary, "capacity": capacity, "pi0_order": {k: v for k, v in prior.items()
                                                                        if not k.startswith("state_")}, "points": [{k: v for k, v in r.items() if not
                                                                    k.startswith("state_")} for r in results],
                                     "provenance": provenance(None, None)})
