@@ -32,6 +32,7 @@ def mini_config(tmp_path: Path, generated_tasks, tiny_policy, **over) -> Path:
     return path
 
 
+@pytest.mark.slow   # ~30-50 s: `make test` keeps the in-process resume tests; CI runs this
 def test_mini_loop_killed_then_resumed_end_to_end(tmp_path, generated_tasks, tiny_policy):
     cfg, run = mini_config(tmp_path, generated_tasks, tiny_policy), tmp_path / "run"
     cmd = [sys.executable, "-m", "agentprm.cli", "loop", "--config", str(cfg), "--run-dir", str(run)]
@@ -106,6 +107,7 @@ def test_a_rollout_stage_interrupted_mid_way_resumes_with_the_episodes_it_flushe
     check_run(run, tiny_policy)
 
 
+@pytest.mark.slow   # ~30-50 s: `make test` keeps the in-process resume tests; CI runs this
 def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_tasks, tiny_policy):
     run = tmp_path / "run"
     one = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})

@@ -55,6 +55,7 @@ def test_adapters_start_at_zero_so_the_wrapped_model_is_the_base_exactly(tiny_po
     assert names == {"lora_A", "lora_B"}          # every base weight, embeddings and head included, is frozen
 
 
+@pytest.mark.slow   # ~40 s with its fixture: CI runs it; the other LoRA tests stay in `make test`
 def test_sft_with_lora_writes_a_peft_adapter_that_peft_and_agentprm_load_alike(data, tiny_policy, tmp_path,
                                                                                generated_tasks):
     from peft import PeftModel
