@@ -198,11 +198,11 @@ def beam_table(results: dict, beams: dict, seeds: list[int], shapes: list[str], 
     for shape in shapes:
         width, expand = map(int, shape.split("x"))
         n = str(width * expand)
-        rows = {f"beam {shape}, PRM": ({s: beams[s]["beams"][f"{shape}/prm"]["outcomes"] for s in seeds},
-                                        sum(beams[s]["beams"][f"{shape}/prm"]["tokens"] for s in seeds) / len(seeds)),
-                f"beam {shape}, hash (control)": ({s: beams[s]["beams"][f"{shape}/hash"]["outcomes"] for s in seeds},
-                                                  sum(beams[s]["beams"][f"{shape}/hash"]["tokens"] for s in seeds)
-                                                  / len(seeds))}
+        rows = {}
+        for key, label in (("prm", "PRM"), ("hash", "hash (control)")):
+            runs = {s: beams[s]["beams"][f"{shape}/{key}"] for s in seeds}
+            rows[f"beam {shape}, {label}"] = ({s: r["outcomes"] for s, r in runs.items()},
+                                              sum(r["tokens"] for r in runs.values()) / len(seeds))
         if all(n in results[s]["bon"]["majority"] for s in seeds):
             for sel, label in (("bce-soft/min", f"Best-of-{n}, PRM"), ("majority", f"majority of {n}")):
                 rows[label] = ({s: results[s]["bon"][sel][n] for s in seeds}, int(n) * per_solution)

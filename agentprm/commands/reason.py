@@ -143,7 +143,7 @@ def run_eval(args) -> int:
 
     from agentprm.errors import require
     from agentprm.io import write_text
-    from agentprm.reason.check import checker, final_answer, step_verdicts
+    from agentprm.reason.check import checker, final_answer, step_verdicts, steps
     from agentprm.reason.model import load_reasoner, sample
     from agentprm.reason.problems import read_problems
 
@@ -154,13 +154,17 @@ def run_eval(args) -> int:
             "--beam samples K next lines of each beam: give --temperature > 0 (e.g. 1)")
     check = checker(args.checker)
     problems = read_problems(args.problems)
-    prm = _step_prm(args.prm) if args.prm else None
+    score = None
+    if args.prm:
+        from agentprm.reason.search import prm_scorer
+        from agentprm.reason.step_prm import StepPRM
+
+        score = prm_scorer(StepPRM.load(args.prm), args.aggregate)
     model, tokenizer = load_reasoner(args.model)
     if args.beam:
-        from agentprm.reason.search import StepSampler, prm_scorer, step_beam
+        from agentprm.reason.search import StepSampler, step_beam
 
-        found = step_beam(StepSampler(model, tokenizer, args.temperature), prm_scorer(prm, args.aggregate),
-                          problems, *args.beam, seed=args.seed)
+        found = step_beam(StepSampler(model, tokenizer, args.temperature), score, problems, *args.beam, seed=args.seed)
         texts = [[r.solution] for r in found]
     else:
         texts = sample(model, tokenizer, problems, args.samples, args.temperature, args.seed, args.max_new_tokens)
@@ -172,8 +176,8 @@ def run_eval(args) -> int:
         if votes:
             top = votes.most_common(1)[0][0]
             majority += check(problem, f"Answer: {top}")
-        if prm is not None and not args.beam:
-            scores = [_aggregate(x, args.aggregate) for x in prm.step_scores([problem] * len(solutions), solutions)]
+        if score is not None and not args.beam:
+            scores = score([problem] * len(solutions), [tuple(steps(s)) for s in solutions])
             picked += ok[max(range(len(ok)), key=scores.__getitem__)]
         for s, good in zip(solutions, ok):
             row = {"id": problem.id, "solution": s, "correct": good}
@@ -184,7 +188,7 @@ def run_eval(args) -> int:
     n = sum(len(t) for t in texts)
     summary = {"problems": len(problems), "samples": 1 if args.beam else args.samples, "accuracy": round(right / n, 4),
                "majority_accuracy": round(majority / len(problems), 4)}
-    if prm is not None and not args.beam:
+    if score is not None and not args.beam:
         summary["prm_best_of_n_accuracy"] = round(picked / len(problems), 4)
     if args.beam:
         summary["beam"] = {"width": args.beam[0], "expand": args.beam[1], "aggregate": args.aggregate,
@@ -196,18 +200,6 @@ def run_eval(args) -> int:
     print(" ".join(f"{k} {v}" for k, v in summary.items()))
     write_summary(args, summary)
     return 0
-
-
-def _step_prm(folder):
-    from agentprm.reason.step_prm import StepPRM
-
-    return StepPRM.load(folder)
-
-
-def _aggregate(scores, how: str) -> float:
-    from agentprm.reason.step_prm import aggregate
-
-    return aggregate(scores, how)
 
 
 def run_label(args) -> int:

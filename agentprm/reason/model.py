@@ -113,24 +113,29 @@ def reasoner_for(folder: str | Path, problems: Sequence[Problem], cfg: ReasonerC
 
 class HFCompleter:
     """Continuations of solution prefixes by a local causal LM (labels.py's `Completer`); with an empty prefix, whole
-    solutions (`sample`)."""
+    solutions (`sample`). `stop_ids`: more tokens that end a continuation (search.py's `StepSampler`: the newline)."""
 
-    def __init__(self, model, tokenizer, temperature: float = 1.0, max_new_tokens: int = 160):
+    def __init__(self, model, tokenizer, temperature: float = 1.0, max_new_tokens: int = 160,
+                 stop_ids: Sequence[int] = ()):
         self.tokenizer, self.temperature, self.max_new_tokens = tokenizer, temperature, max_new_tokens
         self.end = end_of_turn_id(tokenizer)
-        self.backend = HFBackend(model, tokenizer.pad_token_id, self.end)
+        self.backend = HFBackend(model, tokenizer.pad_token_id, self.end, stop_ids)
+
+    def generate_ids(self, problems: Sequence[Problem], prefixes: Sequence[str], n: int, seed: int,
+                     chunk: int = 64) -> list[list[list[int]]]:
+        """The token ids of `n` continuations of each (problem, prefix text), about `chunk` sequences a call."""
+        prompts = [prompt_ids(self.tokenizer, p) + self.tokenizer(x, add_special_tokens=False)["input_ids"]
+                   for p, x in zip(problems, prefixes)]
+        out: list[list[list[int]]] = []
+        per_call = max(1, chunk // n)
+        for k in range(0, len(prompts), per_call):
+            out += self.backend.generate(prompts[k:k + per_call], n, self.temperature, self.max_new_tokens, seed + k)
+        return out
 
     def complete(self, problems: Sequence[Problem], prefixes: Sequence[str], n: int, seed: int,
                  chunk: int = 64) -> list[list[str]]:
-        prompts = [prompt_ids(self.tokenizer, p) + self.tokenizer(x, add_special_tokens=False)["input_ids"]
-                   for p, x in zip(problems, prefixes)]
-        out: list[list[str]] = []
-        per_call = max(1, chunk // n)
-        for k in range(0, len(prompts), per_call):
-            for ids in self.backend.generate(prompts[k:k + per_call], n, self.temperature, self.max_new_tokens,
-                                             seed + k):
-                out.append([response_text(self.tokenizer, seq, self.end) for seq in ids])
-        return out
+        return [[response_text(self.tokenizer, seq, self.end) for seq in ids]
+                for ids in self.generate_ids(problems, prefixes, n, seed, chunk)]
 
 
 def sample(model, tokenizer, problems: Sequence[Problem], n: int = 1, temperature: float = 1.0, seed: int = 0,

@@ -251,9 +251,10 @@ def _update(model, reference, implicit, optimizer, prm_optimizer, tokenizer, bat
         metrics["prm_loss"] = _update_implicit(implicit, prm_optimizer, prompts, responses, ref, mask,
                                                torch.cat(outcomes), cfg.beta, pad)
     else:   # SPRO's process reward is π_old's log-ratio to π_ref: fixed for the step's epochs, like the outcome's
+        log_ratio = old - ref
         for (a, b), outs in zip(spans, outcomes):
             advantages[a:b] = (grpo_token_advantages(outs, mask[a:b]) if cfg.algo == "grpo" else
-                               spro_token_advantages(outs, (old - ref)[a:b], mask[a:b], cfg.beta))
+                               spro_token_advantages(outs, log_ratio[a:b], mask[a:b], cfg.beta))
     model.train()
     for _ in range(cfg.ppo_epochs):
         logp, _, ent = token_logprobs(model, prompts, responses, pad, entropy=True)

@@ -17,10 +17,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from agentprm.agent.encoding import end_of_turn_id
-from agentprm.agent.lm import HFBackend
 from agentprm.errors import require
-from agentprm.reason.model import prompt_ids, response_text
+from agentprm.reason.model import HFCompleter, response_text
 from agentprm.reason.problems import Problem
 from agentprm.reason.step_prm import StepPRM, aggregate
 
@@ -35,30 +33,21 @@ class SearchResult:
     tokens: int         # tokens generated for this problem over the whole search
 
 
-class StepSampler:
-    """Next lines of solution prefixes from a local causal LM: generation ends at a newline or the end of turn."""
+class StepSampler(HFCompleter):
+    """Next lines of solution prefixes from a local causal LM: an `HFCompleter` whose generation also ends at a
+    newline."""
 
     def __init__(self, model, tokenizer, temperature: float = 1.0, max_line_tokens: int = 32):
-        self.tokenizer, self.temperature, self.max_line_tokens = tokenizer, temperature, max_line_tokens
-        self.end = end_of_turn_id(tokenizer)
         self.newline = tokenizer("\n", add_special_tokens=False)["input_ids"][-1]
-        self.backend = HFBackend(model, tokenizer.pad_token_id, self.end, stop_ids=(self.newline,))
+        super().__init__(model, tokenizer, temperature, max_line_tokens, stop_ids=(self.newline,))
 
-    def next_lines(self, problems: Sequence[Problem], prefixes: Sequence[Lines], n: int, seed: int,
-                   chunk: int = 64) -> list[list[tuple[str, bool, int]]]:
+    def next_lines(self, problems: Sequence[Problem], prefixes: Sequence[Lines], n: int,
+                   seed: int) -> list[list[tuple[str, bool, int]]]:
         """For each (problem, prefix): n sampled next lines as (text, ended, tokens generated); `ended` when the
         line closed the turn or ran out of tokens without a newline."""
-        prompts = [prompt_ids(self.tokenizer, p) + (self.tokenizer("\n".join(x) + "\n", add_special_tokens=False)
-                                                     ["input_ids"] if x else [])
-                   for p, x in zip(problems, prefixes)]
-        out = []
-        per_call = max(1, chunk // n)
-        for k in range(0, len(prompts), per_call):
-            for ids in self.backend.generate(prompts[k:k + per_call], n, self.temperature, self.max_line_tokens,
-                                             seed + k):
-                out.append([(response_text(self.tokenizer, seq, self.end).strip(), not seq or seq[-1] != self.newline,
-                             len(seq)) for seq in ids])
-        return out
+        texts = ["".join(line + "\n" for line in x) for x in prefixes]
+        return [[(response_text(self.tokenizer, seq, self.end).strip(), not seq or seq[-1] != self.newline, len(seq))
+                 for seq in ids] for ids in self.generate_ids(problems, texts, n, seed)]
 
 
 def prm_scorer(prm: StepPRM, how: str = "min", batch_size: int = 64) -> Scorer:
