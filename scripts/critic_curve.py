@@ -21,6 +21,9 @@ saw, as a function of distinct train tasks (and so rollouts), the PRM's objectiv
   STEPS`) for the same STEPS steps. `order-<size>` ranks a state's commands by the backbone's own log π(a|s) (no
   critic trained); `cont-plackett-luce[-prior]-<size>` is the listwise critic on continuation labels initialised
   from it (with it as the prior).
+- **The critic's inputs** (`cont-plackett-luce[-prior]-h8` / `-adm`): the same listwise critic reading more of the
+  state than π0's prompt shows — all eight earlier turns a state keeps instead of two, or the admissible commands
+  listed (PrmConfig.history_turns / show_admissible); the prior, where there is one, reads π0's own prompt.
 
 Every stage is resumable (StageRunner under --out): a rerun with a larger --tasks list plays only the new games'
 rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
@@ -72,6 +75,7 @@ class Variant:
     data: str = "mc"          # "mc": MC targets of the rollouts; "continuation": oracle labels of π0's top 4 at
                               # STATES_PER_GAME rollout states per game (same-state alternatives by construction)
     prior: float = 0.0        # the PRM's prior_weight: logit f + w · log π0(a|s) (prm/model.py)
+    inputs: tuple = ()        # what the critic reads besides π0's prompt: (PromptConfig field, value) pairs
 
 
 VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers study found ranks best (8 epochs)
@@ -92,6 +96,11 @@ VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers s
        for size in ("tiny", "small")
        for kind, loss, prior in (("order", "order", 0.0), ("cont-plackett-luce", "plackett-luce", 0.0),
                                  ("cont-plackett-luce-prior", "plackett-luce", 1.0))},
+    # the critic's inputs (π0's prompt: two earlier turns, no command list): all eight earlier turns the state keeps, or
+    # the state's admissible commands listed — with and without π0's prior (which reads π0's own prompt either way)
+    **{f"cont-plackett-luce{p}-{tag}": Variant("plackett-luce", epochs=8.0, data="continuation", prior=w, inputs=inputs)
+       for p, w in (("", 0.0), ("-prior", 1.0))
+       for tag, inputs in (("h8", (("history_turns", 8),)), ("adm", (("show_admissible", True),)))},
 }
 BACKBONE = (240, 3000)   # the backbones' recipe: expert demos of the first 240 train games, 3,000 SFT steps at any size
 
@@ -307,7 +316,7 @@ def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str,
         else:
             metrics = train_prm(target_file, init, variant.loss, folder / "prm",
                                 TrainConfig(epochs=variant.epochs, seed=seed), PrmDataConfig(heldout_frac=0.0),
-                                prior_weight=variant.prior)
+                                prior_weight=variant.prior, inputs=dict(variant.inputs))
             pred = load_prm(folder / "prm").score(states, actions).numpy()
         write_json(folder / "result.json", {
             "tasks": n, "rollouts": n * per_task, "variant": name, "seed": seed, **ranking(pred, truth, [s.key() for s in states]),

@@ -153,3 +153,48 @@ def test_cli_prior_weight_flag(targets_file, policy_dir, tmp_path):  # noqa: F81
                  "--prior-weight", "0.5", "--out", str(tmp_path / "prm"), "--epochs", "1", "--json", str(summary)]) == 0
     assert json.loads(summary.read_text())["prior_weight"] == 0.5
     assert ProcessRewardModel.load(tmp_path / "prm").prior.weight == 0.5
+
+
+def test_a_prm_reading_more_than_its_prior_keeps_the_prior_on_its_policys_prompt(policy_dir, targets_file,  # noqa: F811
+                                                                                    states_and_replies, tmp_path):
+    """`inputs` changes what the PRM reads (the admissible commands listed, all earlier turns); the prior's log π
+    is still π's own, on π's prompt — the same offsets as a PRM on π's prompt, after a save and load."""
+    states, replies = states_and_replies
+    metrics = train_prm(targets_file, policy_dir, "bradley-terry", tmp_path / "prm", TrainConfig(epochs=1, seed=0),
+                        prior_weight=0.5, inputs={"show_admissible": True, "history_turns": 8})
+    prm = ProcessRewardModel.load(tmp_path / "prm")
+    assert (prm.prompt.show_admissible, prm.prompt.history_turns) == (True, 8)
+    assert prm.prior.prompt == PromptConfig()
+    assert "Actions:" in prm.tokenizer.decode(prm.encode(states[1], replies[1]))
+    want = torch.sigmoid(head_logits(prm, states, replies) + 0.5 * policy_logp(policy_dir, states, replies).double())
+    assert torch.allclose(prm.score(states, replies).double(), want, rtol=1e-4, atol=1e-6)
+    # the offsets training used are the same π-prompt offsets (its initial eval scored with them)
+    assert metrics["initial"]["train"]["n"] > 0
+    same = ProcessRewardModel.init(policy_dir, seed=0)
+    same.attach_prior(policy_dir, 0.5)
+    from agentprm.agent.encoding import reply_ids
+    ids = [reply_ids(prm.tokenizer, r) for r in replies]
+    assert torch.allclose(prm.prior_offsets(states, ids), same.prior_offsets(states, ids))
+    # a PRM saved before the prior kept its own prompt file reads states as the PRM does
+    (tmp_path / "prm" / "prior" / "agentprm.json").unlink()
+    assert ProcessRewardModel.load(tmp_path / "prm").prior.prompt == prm.prompt
+
+
+def test_cli_and_config_set_the_prms_inputs(targets_file, policy_dir, tmp_path):  # noqa: F811
+    from agentprm.loop.config import from_dict
+    from agentprm.prm.config import PrmConfig
+
+    assert PrmConfig().inputs() == {} and PrmConfig(show_admissible=False).inputs() == {"show_admissible": False}
+    assert from_dict({"prm": {"history_turns": 4, "show_admissible": True}}).prm.inputs() == {
+        "history_turns": 4, "show_admissible": True}
+    for bad, say in (({"history_turns": "4"}, "must be a number"), ({"show_admissible": 1}, "must be true/false"),
+                     ({"history_turns": True}, "must be a number"), ({"history_turns": -1}, "must be >= 0")):
+        with pytest.raises(UserError, match=rf"field 'prm\.\w+' {say}"):
+            from_dict({"prm": bad})
+    assert main(["train-prm", "--targets", str(targets_file), "--init", str(policy_dir), "--out", str(tmp_path / "prm"),
+                 "--epochs", "1", "--show-admissible", "--history-turns", "3"]) == 0
+    prm = ProcessRewardModel.load(tmp_path / "prm")
+    assert (prm.prompt.show_admissible, prm.prompt.history_turns) == (True, 3) and prm.prior is None
+    assert main(["train-prm", "--targets", str(targets_file), "--init", str(policy_dir), "--out", str(tmp_path / "p2"),
+                 "--epochs", "1"]) == 0
+    assert ProcessRewardModel.load(tmp_path / "p2").prompt == PromptConfig()   # no flag: the init's prompt

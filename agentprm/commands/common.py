@@ -98,7 +98,7 @@ def add_config_flags(p: argparse.ArgumentParser, cls, only: Iterable[str] | None
         kwargs: dict[str, Any] = {"default": default, "dest": name, "help": f"{docs.get(f.name, '')}{shown}".strip()}
         hint = hints[f.name]
         args = [a for a in typing.get_args(hint) if a is not type(None)]   # int | None -> int, list[int] -> int
-        if hint is bool:
+        if hint is bool or args == [bool]:   # bool | None: neither flag given keeps None ("as before")
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(hint) is list:
             kwargs.update(nargs="*", type=args[0])

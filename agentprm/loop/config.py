@@ -8,6 +8,7 @@ A stage's section is declared once, by the stage (policy/update.py `PolicyUpdate
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,7 @@ def _build(cls, data: Any, where: str, source: str):
     if not isinstance(data, dict):
         raise UserError(f"{source}: field '{where or 'top level'}' must be a mapping")
     known = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else key
@@ -142,18 +144,25 @@ def _build(cls, data: Any, where: str, source: str):
         if dataclasses.is_dataclass(default):
             kwargs[key] = _build(type(default), value, path, source)
         else:
-            kwargs[key] = _checked(value, default, path, source)
+            kwargs[key] = _checked(value, default, path, source, hints[key])
     try:
         return cls(**kwargs)
     except UserError as e:   # a section's own check of its values (e.g. PromptConfig's format): say where
         raise UserError(f"{source}: field '{where or 'top level'}': {e}") from None
 
 
-def _checked(value: Any, default: Any, path: str, source: str) -> Any:
-    if default is None or value is None:
+def _checked(value: Any, default: Any, path: str, source: str, hint: Any = None) -> Any:
+    if value is None:
         return value
-    if isinstance(default, bool) != isinstance(value, bool):
-        raise UserError(f"{source}: field '{path}' must be true/false, got {value!r}")
+    if default is None:   # an optional field (`int | None`): checked against its type's example value
+        kinds = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(kinds) != 1 or kinds[0] not in (bool, int, float, str):
+            return value
+        default = kinds[0]()
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise UserError(f"{source}: field '{path}' must be true/false, got {value!r}")
+        return value
     if isinstance(default, (int, float)) and not isinstance(default, bool):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise UserError(f"{source}: field '{path}' must be a number, got {value!r}")

@@ -24,6 +24,13 @@ class PrmConfig:
                                     # fully and saved with them) instead of every weight
     prior_weight: float = 0.0       # w > 0: Q = σ(f + w · log π_init(a|s)), the head a residual on the policy's own
                                     # ranking of its alternatives (prm/model.py); needs init "policy" or a policy folder
+    history_turns: int | None = None   # earlier (action, observation) turns the PRM reads besides the current one;
+                                    # None = as its init's prompt (the prior always reads its policy's own)
+    show_admissible: bool | None = None   # list the state's admissible commands in the PRM's prompt; None = as its init
+
+    def inputs(self) -> dict:
+        """The PRM's prompt fields set here (the rest as its init's prompt): train_prm's `inputs`."""
+        return {k: v for k in ("history_turns", "show_admissible") if (v := getattr(self, k)) is not None}
 
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, grad_accum=self.grad_accum,

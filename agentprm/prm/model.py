@@ -10,7 +10,8 @@ folders the backbone weights load and only the 1×hidden `score` head is new), s
 position of the attention mask, instead of HF's "rightmost token that is not pad": checkpoints whose pad token is
 the EOS token would otherwise pool one token early, since every reply ends with EOS. Sequences are
 `encoding.prompt_ids(state) + encoding.reply_ids(reply)`, right-padded: the PRM sees exactly the ids the policy
-scored. `agentprm.json` holds the PromptConfig (inherited from the init folder) and "kind": "prm".
+scored. `agentprm.json` holds the PromptConfig (inherited from the init folder unless the PRM was given inputs of its
+own, `PrmConfig.history_turns` / `show_admissible`) and "kind": "prm".
 
 **A prior** (`prior_weight` w > 0; docs/algorithms.md §1): Q_φ(s, a) = σ(f_φ(s, a) + w · log π_ref(a | s)), with
 π_ref the frozen policy the PRM was initialised from, saved with it under `prior/`. A plain PRM fitted to Q-targets
@@ -18,7 +19,9 @@ forgets the policy's ranking of its own alternatives at a state, the one thing B
 (docs/results.md, "The critic's learning curve"); with the prior the head learns a residual on that ranking, the
 form of the KL-regularised optimum (log π* = log π_ref + Q/β − log Z). Best-of-N and the updates compare one
 state's replies, where the term is exactly the policy's preference; beam search compares states too, where it adds
-the reply's likelihood to the state's value.
+the reply's likelihood to the state's value. The prior reads the state through its own policy's prompt (saved as
+`prior/agentprm.json`), which may differ from the PRM's: a critic shown more history or the admissible commands keeps
+π_ref's preference as π_ref computes it.
 """
 from __future__ import annotations
 
@@ -49,9 +52,11 @@ PRIOR_DIR = "prior"
 @dataclass
 class Prior:
     """The frozen reference policy π_ref of a PRM with a prior, and the weight w of log π_ref(a | s) in its logit.
-    (A plain holder, so the policy is neither a trained parameter of the PRM nor in its state dict.)"""
+    (A plain holder, so the policy is neither a trained parameter of the PRM nor in its state dict.) `prompt` is the
+    policy's own prompt: how π_ref reads a state, whatever the PRM reads."""
     policy: PreTrainedModel
     weight: float
+    prompt: PromptConfig
 
 
 class ProcessRewardModel(nn.Module):
@@ -96,13 +101,15 @@ class ProcessRewardModel(nn.Module):
             raise UserError(f"{meta}: field 'prior_weight' must be a number >= 0, got {weight!r}")
         tokenizer = load_tokenizer(folder)
         prm = cls(_load_classifier(folder, pad_token_id=tokenizer.pad_token_id), tokenizer, PromptConfig.load(folder))
-        if weight:
-            prm.prior = Prior(_frozen(load_causal_lm(folder / PRIOR_DIR)), float(weight))
+        if weight:   # a PRM saved before the prior kept its own prompt read states as the prior did
+            own = folder / PRIOR_DIR / CONFIG_FILE
+            prm.prior = Prior(_frozen(load_causal_lm(folder / PRIOR_DIR)), float(weight),
+                              PromptConfig.load(own.parent) if own.is_file() else prm.prompt)
         return prm
 
     def attach_prior(self, policy_dir: str | Path, weight: float) -> None:
-        """Score with w · log π_ref(a | s) added to the logit, π_ref the policy in `policy_dir` (frozen). It must
-        read the PRM's own token ids: the PRM is initialised from that folder (its tokenizer and prompt)."""
+        """Score with w · log π_ref(a | s) added to the logit, π_ref the policy in `policy_dir` (frozen), reading
+        states through its own prompt. It must share the PRM's tokenizer: the PRM is initialised from that folder."""
         folder = Path(policy_dir).expanduser()
         if not folder.is_dir():
             raise UserError(f"prior_weight {weight}: the prior is the policy the PRM starts from, and {policy_dir} "
@@ -110,19 +117,20 @@ class ProcessRewardModel(nn.Module):
         if load_tokenizer(folder).get_vocab() != self.tokenizer.get_vocab():
             raise UserError(f"{folder}: its tokenizer is not the PRM's, so it cannot score the PRM's sequences as a "
                             "prior")
-        self.prior = Prior(_frozen(load_causal_lm(folder)), weight)
+        self.prior = Prior(_frozen(load_causal_lm(folder)), weight, PromptConfig.load(folder))
 
     @torch.no_grad()
-    def prior_offsets(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+    def prior_offsets(self, states: Sequence[AgentState], replies: Sequence[Sequence[int]],
                       batch_size: int = 32) -> torch.Tensor:
-        """w · log π_ref(reply | prompt) per row (zeros without a prior), float32 on the CPU; rows with the same
-        prompt are scored in one packed row (`_prior_packed`)."""
+        """w · log π_ref(reply | s) per row (zeros without a prior), float32 on the CPU; a state's rows are scored in
+        one packed row (`_prior_packed`)."""
         if self.prior is None:
             return torch.zeros(len(replies))
-        members = group_indices([tuple(p) for p in prompts])
+        members = group_indices([s.key() for s in states])
         out = torch.zeros(len(replies))
-        for m, offsets in zip(members, self._prior_packed([prompts[m[0]] for m in members],
-                                                          [[replies[i] for i in m] for m in members], batch_size)):
+        heads = [prompt_ids(self.tokenizer, states[m[0]], self.prior.prompt) for m in members]
+        for m, offsets in zip(members, self._prior_packed(heads, [[replies[i] for i in m] for m in members],
+                                                          batch_size)):
             out[m] = offsets
         return out
 
@@ -156,6 +164,7 @@ class ProcessRewardModel(nn.Module):
             self.tokenizer.save_pretrained(tmp)
             if self.prior is not None:
                 self.prior.policy.save_pretrained(tmp / PRIOR_DIR)
+                self.prior.prompt.save(tmp / PRIOR_DIR)
                 info["prior_weight"] = self.prior.weight
             self.prompt.save(tmp, kind=KIND, **info)
         return Path(folder)
@@ -229,6 +238,8 @@ class ProcessRewardModel(nn.Module):
         logits = torch.zeros(len(replies))
         found = self.score_packed(heads, tails, batch_size)
         if self.prior is not None:
+            if self.prior.prompt != self.prompt:
+                heads = [prompt_ids(self.tokenizer, states[m[0]], self.prior.prompt) for m in members]
             found = [f + o for f, o in zip(found, self._prior_packed(heads, tails, batch_size))]
         for m, group in zip(members, found):
             logits[m] = group

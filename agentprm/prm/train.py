@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from agentprm.agent.encoding import prompt_ids, reply_ids
+from agentprm.agent.state import AgentState
 from agentprm.data.tables import read_targets
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.errors import UserError
@@ -113,11 +114,13 @@ LENGTHS: dict[str, Callable[[Any], int]] = {   # an example's tokens, for length
 
 def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: str | Path,
               cfg: TrainConfig | None = None, data: PrmDataConfig | None = None,
-              progress: bool = False, lora: LoraConfig | None = None, prior_weight: float = 0.0) -> dict[str, Any]:
+              progress: bool = False, lora: LoraConfig | None = None, prior_weight: float = 0.0,
+              inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train, evaluate, save the PRM to `out_dir` atomically; returns the metrics (also stored in agentprm.json).
     With `lora` (r > 0) only adapters on `init`'s backbone and the scalar head are trained (models/lora.py). With
     `prior_weight` w > 0 the PRM's logit is f_φ + w · log π_init(a | s), π_init frozen (prm/model.py): the head fits
-    a residual on the policy's own ranking."""
+    a residual on the policy's own ranking. `inputs` (PromptConfig fields, `PrmConfig.inputs()`) changes what the PRM
+    reads of a state — more history, the admissible commands — from its init's prompt; the prior keeps its own."""
     cfg, data, start = cfg or TrainConfig(), data or PrmDataConfig(), time.monotonic()
     prm_loss = get_prm_loss(loss)
     if not 0.0 <= data.heldout_frac < 1.0:
@@ -135,19 +138,23 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                         "pointwise, pairwise or listwise loss")
     states = load_states(targets, data.rollouts)
     prm = ProcessRewardModel.init(init, seed=cfg.seed)
+    if inputs:
+        prm.prompt = replace(prm.prompt, **inputs)
     if prior_weight:
         prm.attach_prior(init, prior_weight)
     if lora and lora.r:
         prm.add_lora(lora, seed=cfg.seed)
 
     prompts: dict[str, list[int]] = {}
+    by_key: dict[str, AgentState] = {}
     for state in states:
         if state.key() not in prompts:
             prompts[state.key()] = prompt_ids(prm.tokenizer, state, prm.prompt)
+            by_key[state.key()] = state
     actions, q = targets.table["action"].to_pylist(), targets.table["q"].to_pylist()
     keys, tasks = targets.table["state_key"].to_pylist(), targets.table["task_id"].to_pylist()
     replies = [reply_ids(prm.tokenizer, a) for a in actions]
-    offsets = prm.prior_offsets([prompts[k] for k in keys], replies, data.eval_batch_size)   # zeros without a prior
+    offsets = prm.prior_offsets([by_key[k] for k in keys], replies, data.eval_batch_size)   # zeros without a prior
     off = offsets.tolist()
 
     held = split_by_task(tasks, data.heldout_frac, cfg.seed)
