@@ -271,6 +271,36 @@ def ranking(pred: np.ndarray, truth: np.ndarray, groups: list[str], boot: int = 
             "states_separated": int((count > 0).sum()), "state_right": right.tolist(), "state_pairs": count.tolist()}
 
 
+PAIR_KINDS = ("search–search", "search–other", "other–other")
+
+
+def searches(state, action: str) -> bool:
+    """A command whose outcome turns on what the agent has not seen: going to, or opening, a receptacle whose contents
+    it does not know (never visited, or seen closed). What it finds there is the layout's, hidden from any critic."""
+    for verb in ("go to ", "open "):
+        if action.startswith(verb):
+            return state.contents(action[len(verb):]) is None
+    return False
+
+
+def by_pair_kind(pred, truth: np.ndarray, states: list, actions: list[str]) -> dict[str, list[float]]:
+    """[right, pairs] of the oracle's ordered same-state pairs, by how many of the two commands search (PAIR_KINDS):
+    where the critic's ranking can come from what the state shows, and where only the hidden layout decides."""
+    found = {k: [0.0, 0] for k in PAIR_KINDS}
+    rows: dict[str, list[int]] = {}
+    for i, s in enumerate(states):
+        rows.setdefault(s.key(), []).append(i)
+    for idx in rows.values():
+        for i in idx:
+            for j in idx:
+                if truth[i] > truth[j]:
+                    n = searches(states[i], actions[i]) + searches(states[j], actions[j])
+                    cell = found[PAIR_KINDS[2 - n]]
+                    cell[0] += 1.0 if pred[i] > pred[j] else 0.5 if pred[i] == pred[j] else 0.0
+                    cell[1] += 1
+    return found
+
+
 def backbone(stages: StageRunner, size: str, recipe: tuple[int, int], workers: int | None) -> Path:
     """π0's recipe at the preset `size`: SFT for `steps` steps (batch 16, one renumbered copy, seed 0) on the expert
     demos of the first `games` train games (`recipe` = (games, steps)) — the same demos and steps at every size, so
@@ -320,7 +350,8 @@ def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str,
             pred = load_prm(folder / "prm").score(states, actions).numpy()
         write_json(folder / "result.json", {
             "tasks": n, "rollouts": n * per_task, "variant": name, "seed": seed, **ranking(pred, truth, [s.key() for s in states]),
-            "train": metrics["final"]["train"], "examples": metrics["examples"], "prm_seconds": metrics["seconds"]})
+            "train": metrics["final"]["train"], "examples": metrics["examples"], "prm_seconds": metrics["seconds"],
+            "pred": pred.tolist()})
     stages.run(f"point_{name}_{tag(n, per_task)}_s{seed}", f"points/{name}/{tag(n, per_task)}/s{seed}", build)
 
 
@@ -360,17 +391,31 @@ def capacity_pairs(groups: dict[tuple, list[dict]]) -> list[dict]:
     return found
 
 
+def pair_kind_rows(groups: dict[tuple, list[dict]], held: tuple, order: list[float]) -> list[dict]:
+    """Accuracy by pair kind per point (seeds pooled, points whose predictions are kept), π0's own order first."""
+    states, actions, truth = held
+    rows = [{"variant": "π0's own order (no PRM)", "tasks": "—", **{k: [v[0] / v[1] if v[1] else None, v[1]] for k, v
+                                                               in by_pair_kind(order, truth, states, actions).items()}}]
+    for (name, tasks, _), results in sorted(groups.items()):
+        found = [by_pair_kind(r["pred"], truth, states, actions) for r in results if "pred" in r]
+        if found:
+            total = {k: [sum(f[k][0] for f in found), sum(f[k][1] for f in found)] for k in PAIR_KINDS}
+            rows.append({"variant": name, "tasks": tasks, **{k: [v[0] / v[1] if v[1] else None, v[1] // len(found)]
+                                                              for k, v in total.items()}})   # pairs: per seed
+    return rows
+
+
 def report(out: Path, held: tuple) -> None:
     """Every point trained so far under `out` (this run's and earlier runs'): one row per seed, and the seeds pooled
     per point with the paired difference from the variant's smallest point."""
     results = []
     for path in sorted((out / "points").glob("*/n*/s*/result.json")):
         r = json.loads(path.read_text())
-        if "state_right" not in r:   # points trained before the per-state counts were kept: scored again
-            states, actions, truth = held
+        if ("state_right" not in r or "pred" not in r) and (path.parent / "prm").is_dir():
+            states, actions, truth = held      # points trained before the counts / predictions were kept: scored again
             pred = load_prm(path.parent / "prm").score(states, actions).numpy()
             r.update({k: v for k, v in ranking(pred, truth, [s.key() for s in states]).items()
-                      if k in ("state_right", "state_pairs")})
+                      if k in ("state_right", "state_pairs")}, pred=pred.tolist())
         results.append(r)
     fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
     # the reference a learned critic must beat: π0's own preference (the candidates are stored in π0's top-4 order)
@@ -405,6 +450,13 @@ def report(out: Path, held: tuple) -> None:
                   "| A | B | train games | Δ pairwise acc. | paired 95% CI |", "|---|---|---|---|---|"]
         lines += [f"| {c['a']} | {c['b']} | {c['tasks']} | {c['delta'][0]:+.3f} | [{c['delta'][1]:+.3f}, "
                   f"{c['delta'][2]:+.3f}] |" for c in capacity]
+    kinds = pair_kind_rows(groups, held, order)
+    lines += ["", "By pair kind (seeds pooled): a command *searches* when it goes to or opens a receptacle whose contents "
+              "the state has not shown; the oracle's order of two searching commands is the hidden layout's.", "",
+              "| variant | train games | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) + " |",
+              "|---|---|" + "---|" * len(PAIR_KINDS)]
+    lines += [f"| {row['variant']} | {row['tasks']} | " + " | ".join(
+        f"{row[k][0]:.3f} ({row[k][1]})" if row[k][1] else "—" for k in PAIR_KINDS) + " |" for row in kinds]
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
               "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):
@@ -413,9 +465,9 @@ def report(out: Path, held: tuple) -> None:
                      f"{fmt(r['ci95'][1])}] | {fmt(r['mean_state_spearman'])} | {fmt(r['train']['pairwise_accuracy'])}"
                      f" ({r['train']['pairs']}) | {r['prm_seconds']:.0f} |")
     write_text(out / "curve.md", "\n".join(lines) + "\n")
-    write_json(out / "curve.json", {"pooled": summary, "capacity": capacity, "pi0_order": {k: v for k, v in prior.items()
+    write_json(out / "curve.json", {"pooled": summary, "capacity": capacity, "pair_kinds": kinds, "pi0_order": {k: v for k, v in prior.items()
                                                                        if not k.startswith("state_")}, "points": [{k: v for k, v in r.items() if not
-                                                                   k.startswith("state_")} for r in results],
+                                                                   k.startswith("state_") and k != "pred"} for r in results],
                                     "provenance": provenance(None, None)})
     print("\n".join(lines))
     try:

@@ -4,6 +4,7 @@ subset, a PRM trained from them and scored against the Monte-Carlo oracle on hel
 second run that adds rollouts per game without touching what the first one wrote."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,9 +14,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from agentprm.agent.state import AgentState
+
 from agentprm.envs.alfworld.tasks import load_tasks
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "critic_curve.py"
+_spec = importlib.util.spec_from_file_location("critic_curve", SCRIPT)
+curve_script = sys.modules["critic_curve"] = importlib.util.module_from_spec(_spec)   # (its dataclasses look it up)
+_spec.loader.exec_module(curve_script)
+PAIR_KINDS = curve_script.PAIR_KINDS
 
 
 def _run(out: Path, *args: str) -> None:
@@ -69,7 +76,8 @@ def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path
     _run(out, "--tasks", "3", "--per-task", "2", "--variants", "cont-bradley-terry-prior")
     first = {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")}
     assert list(first) == ["games-00000-00003.parquet"]
-    _run(out, "--tasks", "3", "6", "--per-task", "2", "--variants", "cont-bradley-terry-prior")
+    _run(out, "--tasks", "3", "6", "--per-task", "2", "--variants", "cont-bradley-terry-prior",
+         "cont-plackett-luce-prior-adm")
     assert {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")} == {
         **first, "games-00003-00006.parquet": (out / "labels" / "games-00003-00006.parquet").read_bytes()}
     small, large = (pq.read_table(out / "targets" / f"continuation-n{n}_k2.parquet") for n in (3, 6))
@@ -85,6 +93,13 @@ def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path
     assert {p["tasks"] for p in curve["points"]} == {3, 6}
     prm = out / "points" / "cont-bradley-terry-prior" / "n6_k2" / "s0" / "prm"
     assert json.loads((prm / "agentprm.json").read_text())["prior_weight"] == 1.0 and (prm / "prior").is_dir()
+    # the critic shown the admissible commands: its prompt lists them, its prior reads π0's own prompt
+    adm = out / "points" / "cont-plackett-luce-prior-adm" / "n6_k2" / "s0" / "prm"
+    assert json.loads((adm / "agentprm.json").read_text())["prompt"]["show_admissible"] is True
+    assert json.loads((adm / "prior" / "agentprm.json").read_text())["prompt"]["show_admissible"] is False
+    kinds = {row["variant"]: row for row in curve["pair_kinds"]}
+    assert set(kinds) == {"π0's own order (no PRM)", "cont-bradley-terry-prior", "cont-plackett-luce-prior-adm"}
+    assert sum(n for _, n in (kinds["π0's own order (no PRM)"][k] for k in PAIR_KINDS)) == curve["pi0_order"]["pairs"]
 
 
 @pytest.mark.slow
@@ -106,3 +121,25 @@ def test_the_capacity_axis_builds_its_backbones_once_and_ranks_by_them(tmp_path)
     assert meta["prior_weight"] == 1.0 and (critic / "prm" / "prior" / "config.json").is_file()
     capacity = json.loads((out / "curve.json").read_text())["capacity"]   # the critic paired with its backbone's order
     assert [(c["a"], c["b"]) for c in capacity] == [("cont-plackett-luce-prior-tiny", "order-tiny")]
+
+
+def _state(key: str, memory=(), admissible=()) -> AgentState:
+    return AgentState(task="put an apple in fridge", task_id="t", room=("fridge 1", "cabinet 1", "drawer 1"),
+                      memory=memory, location=None, holding=None, held_state=(), recent=(), observation="",
+                      admissible=admissible, steps=0, _key=key)
+
+
+def test_pair_kinds_split_the_oracles_pairs_by_what_the_state_has_not_shown():
+    """A command searches when it goes to or opens a receptacle whose contents the state does not know (never seen,
+    or seen closed); pairs are counted by how many of their two commands search, each ordered pair once."""
+    seen = _state("a", memory=(("cabinet 1", ("apple 1",)), ("drawer 1", None)))
+    assert [curve_script.searches(seen, a) for a in ("go to fridge 1", "go to cabinet 1", "open drawer 1",
+                                                     "take apple 1 from cabinet 1", "open cabinet 1")] == [
+        True, False, True, False, False]
+    other = _state("b")
+    states = [seen] * 3 + [other] * 2
+    actions = ["go to fridge 1", "open drawer 1", "go to cabinet 1", "go to fridge 1", "inventory"]
+    truth = [0.9, 0.5, 0.5, 0.2, 0.8]      # state a: fridge > drawer, fridge > cabinet; state b: inventory > fridge
+    pred = [0.1, 0.3, 0.7, 0.4, 0.4]       # a: both of fridge's pairs wrong; b: a tie, half right
+    found = curve_script.by_pair_kind(pred, truth, states, actions)
+    assert found == {"search–search": [0.0, 1], "search–other": [0.5, 2], "other–other": [0.0, 0]}
