@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +45,7 @@ import pyarrow.parquet as pq
 
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
+from agentprm.agent.state import object_type
 from agentprm.data.tables import TARGETS_SCHEMA, write_with_info
 from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories
 from agentprm.envs.alfworld.generate import generate_tasks
@@ -301,6 +304,36 @@ def by_pair_kind(pred, truth: np.ndarray, states: list, actions: list[str]) -> d
     return found
 
 
+_PLACED = re.compile(r"\(inReceptacle ([A-Za-z]+)_bar_\S+ ([A-Za-z]+)_bar_\S+\)")
+_RECEPTACLE = re.compile(r"^\s+([A-Za-z]+)_bar_\S+ - receptacle$", re.M)
+
+
+def layout_prior(folders: list[Path]) -> dict[tuple[str, str], float]:
+    """P(an object of type o starts in a receptacle of type r | the game has both), over games' PDDL problems
+    (`game.tw-pddl`): where things tend to be — what a critic reading a state could at best know of what a search
+    will find (types lower-cased as the game's text names them: "Apple" -> "apple", "SinkBasin" -> "sinkbasin")."""
+    placed, both = Counter(), Counter()
+    for folder in folders:
+        problem = json.loads((folder / "game.tw-pddl").read_text())["pddl_problem"]
+        pairs = {(o.lower(), r.lower()) for o, r in _PLACED.findall(problem)}
+        objects, receptacles = {o for o, _ in pairs}, {r.lower() for r in _RECEPTACLE.findall(problem)}
+        placed.update(pairs)
+        both.update((o, r) for o in objects for r in receptacles)
+    return {k: placed[k] / n for k, n in both.items()}
+
+
+def layout_scores(prior: dict[tuple[str, str], float], states: list, actions: list[str]) -> list[float]:
+    """A searching command's chance, by `layout_prior`, that the receptacle's type holds what the task asks for (its
+    object, or its lamp); 0 for a command that does not search. Meant for pairs of two searching commands only."""
+    found = []
+    for s, a in zip(states, actions):
+        goal, target = s.goal, a.split(" ", 2)[-1] if a.startswith("go to ") else a.split(" ", 1)[-1]
+        wanted = {goal.obj, goal.toggle} - {""} if goal else set()
+        found.append(max((prior.get((w, object_type(target)), 0.0) for w in wanted), default=0.0)
+                     if searches(s, a) else 0.0)
+    return found
+
+
 def backbone(stages: StageRunner, size: str, recipe: tuple[int, int], workers: int | None) -> Path:
     """π0's recipe at the preset `size`: SFT for `steps` steps (batch 16, one renumbered copy, seed 0) on the expert
     demos of the first `games` train games (`recipe` = (games, steps)) — the same demos and steps at every size, so
@@ -391,17 +424,29 @@ def capacity_pairs(groups: dict[tuple, list[dict]]) -> list[dict]:
     return found
 
 
-def pair_kind_rows(groups: dict[tuple, list[dict]], held: tuple, order: list[float]) -> list[dict]:
-    """Accuracy by pair kind per point (seeds pooled, points whose predictions are kept), π0's own order first."""
+def pair_kind_rows(groups: dict[tuple, list[dict]], held: tuple, order: list[float],
+                   layout: dict[tuple[str, str], float]) -> list[dict]:
+    """Accuracy by pair kind per point (seeds pooled, points whose predictions are kept), π0's own order first; and
+    where train games' layouts are at hand, the layout prior's ranking of two searching commands."""
     states, actions, truth = held
     rows = [{"variant": "π0's own order (no PRM)", "tasks": "—", **{k: [v[0] / v[1] if v[1] else None, v[1]] for k, v
                                                                in by_pair_kind(order, truth, states, actions).items()}}]
+    if layout:
+        right, n = by_pair_kind(layout_scores(layout, states, actions), truth, states, actions)["search–search"]
+        rows.append({"variant": "layout prior of the train games (search–search only)", "tasks": "—",
+                     "search–search": [right / n if n else None, n], "search–other": [None, 0], "other–other": [None, 0]})
     for (name, tasks, _), results in sorted(groups.items()):
         found = [by_pair_kind(r["pred"], truth, states, actions) for r in results if "pred" in r]
         if found:
             total = {k: [sum(f[k][0] for f in found), sum(f[k][1] for f in found)] for k in PAIR_KINDS}
             rows.append({"variant": name, "tasks": tasks, **{k: [v[0] / v[1] if v[1] else None, v[1] // len(found)]
                                                               for k, v in total.items()}})   # pairs: per seed
+    if layout:   # each ranker with its search–search pairs ranked by the layout prior instead: what it would score
+        by = rows[1]["search–search"]   # had it learned where things tend to be
+        for row in rows[:1] + rows[2:]:
+            cells = [by] + [row[k] for k in PAIR_KINDS[1:]]
+            n = sum(c[1] for c in cells)
+            row["with_layout"] = sum(c[0] * c[1] for c in cells if c[1]) / n if n else None
     return rows
 
 
@@ -418,6 +463,7 @@ def report(out: Path, held: tuple) -> None:
                       if k in ("state_right", "state_pairs")}, pred=pred.tolist())
         results.append(r)
     fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+    fmt3 = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
     # the reference a learned critic must beat: π0's own preference (the candidates are stored in π0's top-4 order)
     states, _, truth = held
     keys, rank, order = [s.key() for s in states], {}, []
@@ -450,13 +496,16 @@ def report(out: Path, held: tuple) -> None:
                   "| A | B | train games | Δ pairwise acc. | paired 95% CI |", "|---|---|---|---|---|"]
         lines += [f"| {c['a']} | {c['b']} | {c['tasks']} | {c['delta'][0]:+.3f} | [{c['delta'][1]:+.3f}, "
                   f"{c['delta'][2]:+.3f}] |" for c in capacity]
-    kinds = pair_kind_rows(groups, held, order)
+    train = max(out.glob("tasks/train-*"), key=lambda f: int(f.name.split("-")[1]), default=None)
+    layout = layout_prior([f for f in sorted(train.iterdir()) if (f / "game.tw-pddl").is_file()]) if train else {}
+    kinds = pair_kind_rows(groups, held, order, layout)
     lines += ["", "By pair kind (seeds pooled): a command *searches* when it goes to or opens a receptacle whose contents "
               "the state has not shown; the oracle's order of two searching commands is the hidden layout's.", "",
-              "| variant | train games | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) + " |",
-              "|---|---|" + "---|" * len(PAIR_KINDS)]
+              "| variant | train games | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) +
+              " | all pairs, search–search by the layout prior |", "|---|---|" + "---|" * (len(PAIR_KINDS) + 1)]
     lines += [f"| {row['variant']} | {row['tasks']} | " + " | ".join(
-        f"{row[k][0]:.3f} ({row[k][1]})" if row[k][1] else "—" for k in PAIR_KINDS) + " |" for row in kinds]
+        f"{row[k][0]:.3f} ({row[k][1]})" if row[k][1] else "—" for k in PAIR_KINDS) +
+        f" | {fmt3(row.get('with_layout'))} |" for row in kinds]
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
               "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):

@@ -143,3 +143,28 @@ def test_pair_kinds_split_the_oracles_pairs_by_what_the_state_has_not_shown():
     pred = [0.1, 0.3, 0.7, 0.4, 0.4]       # a: both of fridge's pairs wrong; b: a tie, half right
     found = curve_script.by_pair_kind(pred, truth, states, actions)
     assert found == {"search–search": [0.0, 1], "search–other": [0.5, 2], "other–other": [0.0, 0]}
+
+
+def _game(folder: Path, placed: list[tuple[str, str]], receptacles: list[str]) -> Path:
+    folder.mkdir(parents=True)
+    lines = [f"        {r}_bar__plus_0{i}_dot_00 - receptacle" for i, r in enumerate(receptacles)]
+    lines += [f"        (inReceptacle {o}_bar__plus_0{i}_dot_00 {r}_bar__plus_00_dot_00)" for i, (o, r) in enumerate(placed)]
+    (folder / "game.tw-pddl").write_text(json.dumps({"pddl_problem": "(:objects\n" + "\n".join(lines) + "\n)"}))
+    return folder
+
+
+def test_the_layout_prior_counts_where_things_start_and_ranks_two_searches(tmp_path):
+    """P(type o in a receptacle of type r | the game has both), from the games' PDDL; a search scored by it."""
+    games = [_game(tmp_path / "a", [("Apple", "Fridge"), ("Mug", "Cabinet")], ["Fridge", "Cabinet", "Drawer"]),
+             _game(tmp_path / "b", [("Apple", "CounterTop"), ("Apple", "Fridge")], ["Fridge", "CounterTop"]),
+             _game(tmp_path / "c", [("Apple", "Drawer")], ["Drawer", "Fridge"])]
+    prior = curve_script.layout_prior(games)
+    # apples in all three games; a fridge in all three, apples in two of them; a drawer in a and c, an apple in c's
+    assert prior[("apple", "fridge")] == pytest.approx(2 / 3) and prior[("apple", "drawer")] == pytest.approx(1 / 2)
+    assert prior[("apple", "countertop")] == 1.0 and prior[("mug", "drawer")] == 0.0
+    state = AgentState(task="put a clean apple in countertop.", task_id="t", room=("fridge 1", "drawer 2"),
+                       memory=(("cabinet 1", ("mug 1",)),), location=None, holding=None, held_state=(), recent=(),
+                       observation="", admissible=(), steps=0, _key="s")
+    scores = curve_script.layout_scores(prior, [state] * 4, ["go to fridge 1", "open drawer 2", "go to cabinet 1",
+                                                             "inventory"])
+    assert scores == pytest.approx([2 / 3, 1 / 2, 0.0, 0.0])   # cabinet 1 was seen: not a search
