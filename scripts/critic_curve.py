@@ -99,6 +99,12 @@ VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers s
        for size in ("tiny", "small")
        for kind, loss, prior in (("order", "order", 0.0), ("cont-plackett-luce", "plackett-luce", 0.0),
                                  ("cont-plackett-luce-prior", "plackett-luce", 1.0))},
+    # a critic that reads a world model: π0 trained further to predict each rollout transition's next observation
+    # (what a receptacle holds is what "go to"/"open" reveals), then the listwise critic from it; with the prior, the
+    # prior is π0 itself
+    "cont-plackett-luce-wm": Variant("plackett-luce", epochs=8.0, data="continuation", init="worldmodel"),
+    "cont-plackett-luce-prior-wm": Variant("plackett-luce", epochs=8.0, data="continuation", prior=1.0,
+                                           init="worldmodel"),
     # the critic's inputs (π0's prompt: two earlier turns, no command list): all eight earlier turns the state keeps, or
     # the state's admissible commands listed — with and without π0's prior (which reads π0's own prompt either way)
     **{f"cont-plackett-luce{p}-{tag}": Variant("plackett-luce", epochs=8.0, data="continuation", prior=w, inputs=inputs)
@@ -350,6 +356,39 @@ def backbone(stages: StageRunner, size: str, recipe: tuple[int, int], workers: i
                                   "--renumber-copies", 1, "--threads", 1, "--seed", 0))
 
 
+def world_model(stages: StageRunner, out: Path, tasks: list, per_task: int) -> Path:
+    """π0 trained one more epoch to predict, after each rollout turn's prompt and command, the observation that came
+    back (policy/sft.py's loss on the observation's tokens only): across games it learns where things tend to be, the
+    layout knowledge a searching command's value turns on. Built on the point's own rollouts."""
+    from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
+    from agentprm.models.presets import load_causal_lm, load_tokenizer
+    from agentprm.policy.sft import IGNORE, Example, sft_loss
+    from agentprm.train.core import train
+
+    ids = {t.task_id for t in tasks}
+
+    def build(folder: Path) -> None:
+        tokenizer, prompt = load_tokenizer(DEFAULT_POLICY), PromptConfig.load(DEFAULT_POLICY)
+        examples = []
+        for e in iter_episodes(read_trajectories(out / "rollouts")):
+            repeat = int(e.episode_id.rsplit("-", 1)[1])
+            if e.task_id not in ids or e.error or repeat >= per_task:
+                continue
+            for (state, reply), after in zip(episode_states(e), e.steps[1:]):   # the observation a reply brought
+                head = prompt_ids(tokenizer, state, prompt) + reply_ids(tokenizer, reply)
+                seen = tokenizer(after.observation, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                examples.append(Example(head + seen, [IGNORE] * len(head) + seen))
+        model = load_causal_lm(DEFAULT_POLICY)
+        train(model, examples, sft_loss, TrainConfig(epochs=1.0, lr=5e-4, batch_size=16, seed=0),
+              description="world model", progress=False, length=lambda ex: len(ex.input_ids))
+        folder.mkdir(parents=True)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        prompt.save(folder, kind="policy", world_model={"examples": len(examples), "tasks": len(ids)})
+    return stages.run(f"worldmodel_{tag(len(tasks), per_task)[1:]}", f"backbones/worldmodel-{tag(len(tasks), per_task)}",
+                      build)
+
+
 def policy_scores(policy: Path, states: list, actions: list[str]) -> np.ndarray:
     """log π(a | s) of each (state, command) under a policy folder: its own ranking of the commands, no critic."""
     from agentprm.agent.encoding import prompt_ids, reply_ids
@@ -366,7 +405,7 @@ def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str,
     variant, n = VARIANTS[name], len(tasks)
     init = (str(DEFAULT_POLICY) if variant.init == "policy" else
             str(backbone(stages, variant.init.split(":")[1], recipe, workers)) if variant.init.startswith("backbone:")
-            else variant.init)
+            else str(world_model(stages, out, tasks, per_task)) if variant.init == "worldmodel" else variant.init)
     target_file = (None if variant.loss == "order" else targets(stages, out, tasks, per_task) if variant.data == "mc"
                    else continuation_file(stages, out, tasks, per_task, workers))
 
@@ -379,7 +418,8 @@ def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str,
         else:
             metrics = train_prm(target_file, init, variant.loss, folder / "prm",
                                 TrainConfig(epochs=variant.epochs, seed=seed), PrmDataConfig(heldout_frac=0.0),
-                                prior_weight=variant.prior, inputs=dict(variant.inputs))
+                                prior_weight=variant.prior, inputs=dict(variant.inputs),
+                                prior_policy=DEFAULT_POLICY if variant.init == "worldmodel" else None)
             pred = load_prm(folder / "prm").score(states, actions).numpy()
         write_json(folder / "result.json", {
             "tasks": n, "rollouts": n * per_task, "variant": name, "seed": seed, **ranking(pred, truth, [s.key() for s in states]),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from agentprm.agent.state import AgentState
 
@@ -77,7 +78,7 @@ def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path
     first = {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")}
     assert list(first) == ["games-00000-00003.parquet"]
     _run(out, "--tasks", "3", "6", "--per-task", "2", "--variants", "cont-bradley-terry-prior",
-         "cont-plackett-luce-prior-adm")
+         "cont-plackett-luce-prior-adm", "cont-plackett-luce-prior-wm")
     assert {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")} == {
         **first, "games-00003-00006.parquet": (out / "labels" / "games-00003-00006.parquet").read_bytes()}
     small, large = (pq.read_table(out / "targets" / f"continuation-n{n}_k2.parquet") for n in (3, 6))
@@ -97,8 +98,18 @@ def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path
     adm = out / "points" / "cont-plackett-luce-prior-adm" / "n6_k2" / "s0" / "prm"
     assert json.loads((adm / "agentprm.json").read_text())["prompt"]["show_admissible"] is True
     assert json.loads((adm / "prior" / "agentprm.json").read_text())["prompt"]["show_admissible"] is False
+    # the critic from a world model: π0 trained on the 6 games' transitions (observations after each command), its
+    # prior π0 itself
+    wm = json.loads((out / "backbones" / "worldmodel-n6_k2" / "agentprm.json").read_text())["world_model"]
+    assert wm["tasks"] == 6 and wm["examples"] > 0
+    wm_prm = out / "points" / "cont-plackett-luce-prior-wm" / "n6_k2" / "s0" / "prm"
+    from agentprm.loop.run import DEFAULT_POLICY
+    from safetensors.torch import load_file
+    prior, pi0 = (load_file(f / "model.safetensors") for f in (wm_prm / "prior", DEFAULT_POLICY))
+    assert all(torch.equal(prior[k], pi0[k]) for k in pi0)
     kinds = {row["variant"]: row for row in curve["pair_kinds"]}
-    assert set(kinds) == {"π0's own order (no PRM)", "cont-bradley-terry-prior", "cont-plackett-luce-prior-adm"}
+    assert set(kinds) >= {"π0's own order (no PRM)", "cont-bradley-terry-prior", "cont-plackett-luce-prior-adm",
+                          "cont-plackett-luce-prior-wm", "layout prior of the train games (search–search only)"}
     assert sum(n for _, n in (kinds["π0's own order (no PRM)"][k] for k in PAIR_KINDS)) == curve["pi0_order"]["pairs"]
 
 

@@ -198,3 +198,20 @@ def test_cli_and_config_set_the_prms_inputs(targets_file, policy_dir, tmp_path):
     assert main(["train-prm", "--targets", str(targets_file), "--init", str(policy_dir), "--out", str(tmp_path / "p2"),
                  "--epochs", "1"]) == 0
     assert ProcessRewardModel.load(tmp_path / "p2").prompt == PromptConfig()   # no flag: the init's prompt
+
+
+def test_a_prior_from_another_policy_than_the_init(policy_dir, targets_file, states_and_replies, tmp_path):  # noqa: F811
+    """`prior_policy`: the PRM starts from one model (here another tiny one with the same tokenizer), its prior is
+    log π of the named policy — not of the init."""
+    other = tmp_path / "other"
+    tok = build_tokenizer()
+    build_model("tiny", tok, seed=9).save_pretrained(other)
+    tok.save_pretrained(other)
+    PromptConfig().save(other)
+    states, replies = states_and_replies
+    train_prm(targets_file, other, "bradley-terry", tmp_path / "prm", TrainConfig(epochs=1, seed=0),
+              prior_weight=1.0, prior_policy=policy_dir)
+    prm = ProcessRewardModel.load(tmp_path / "prm")
+    want = torch.sigmoid(head_logits(prm, states, replies) + policy_logp(policy_dir, states, replies).double())
+    assert torch.allclose(prm.score(states, replies).double(), want, rtol=1e-4, atol=1e-6)
+    assert not torch.allclose(policy_logp(other, states, replies), policy_logp(policy_dir, states, replies))

@@ -115,12 +115,14 @@ LENGTHS: dict[str, Callable[[Any], int]] = {   # an example's tokens, for length
 def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: str | Path,
               cfg: TrainConfig | None = None, data: PrmDataConfig | None = None,
               progress: bool = False, lora: LoraConfig | None = None, prior_weight: float = 0.0,
-              inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+              inputs: dict[str, Any] | None = None, prior_policy: str | Path | None = None) -> dict[str, Any]:
     """Train, evaluate, save the PRM to `out_dir` atomically; returns the metrics (also stored in agentprm.json).
     With `lora` (r > 0) only adapters on `init`'s backbone and the scalar head are trained (models/lora.py). With
     `prior_weight` w > 0 the PRM's logit is f_φ + w · log π_init(a | s), π_init frozen (prm/model.py): the head fits
     a residual on the policy's own ranking. `inputs` (PromptConfig fields, `PrmConfig.inputs()`) changes what the PRM
-    reads of a state — more history, the admissible commands — from its init's prompt; the prior keeps its own."""
+    reads of a state — more history, the admissible commands — from its init's prompt; the prior keeps its own.
+    `prior_policy`: the policy folder whose log π is the prior, where it is not `init` (a PRM initialised from
+    another model with the same tokenizer)."""
     cfg, data, start = cfg or TrainConfig(), data or PrmDataConfig(), time.monotonic()
     prm_loss = get_prm_loss(loss)
     if not 0.0 <= data.heldout_frac < 1.0:
@@ -141,7 +143,7 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     if inputs:
         prm.prompt = replace(prm.prompt, **inputs)
     if prior_weight:
-        prm.attach_prior(init, prior_weight)
+        prm.attach_prior(prior_policy or init, prior_weight)
     if lora and lora.r:
         prm.add_lora(lora, seed=cfg.seed)
 
