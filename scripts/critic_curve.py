@@ -23,7 +23,11 @@ saw, as a function of distinct train tasks (and so rollouts), the PRM's objectiv
   from it (with it as the prior).
 - **The critic's inputs** (`cont-plackett-luce[-prior]-h8` / `-adm`): the same listwise critic reading more of the
   state than π0's prompt shows — all eight earlier turns a state keeps instead of two, or the admissible commands
-  listed (PrmConfig.history_turns / show_admissible); the prior, where there is one, reads π0's own prompt.
+  listed (PrmConfig.history_turns / show_admissible); the prior, where there is one, reads π0's own prompt. And
+  `-wm`: the critic initialised from a world model (π0 trained to predict each rollout command's next observation).
+- **What the held-out pairs turn on**: the oracle's ordered pairs split by how many of the two commands *search* (go
+  to or open a receptacle whose contents the state has not shown), each ranker's accuracy per kind, and the layout
+  prior (where object types start, counted from the train games' PDDL) as the ranker of two searches.
 
 Every stage is resumable (StageRunner under --out): a rerun with a larger --tasks list plays only the new games'
 rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
@@ -447,15 +451,22 @@ def pooled(results: list[dict], base: list[dict] | None, boot: int = 2000) -> tu
     return right.sum() / count.sum(), ci, [float(point), *np.quantile(a - b, [0.025, 0.975]).tolist()]
 
 
-def capacity_pairs(groups: dict[tuple, list[dict]]) -> list[dict]:
-    """The capacity axis's paired differences at each point: the small backbone's variant − the tiny one's, and each
-    critic − its own backbone's order."""
+INPUT_TAGS = {"h8": "eight earlier turns − two", "adm": "admissible commands listed − not",
+              "wm": "from the world model − from π0"}
+
+
+def variant_pairs(groups: dict[tuple, list[dict]]) -> list[dict]:
+    """The paired differences between variants at each point: the small backbone's variant − the tiny one's, each
+    critic − its own backbone's order, and a critic with other inputs or init (-h8, -adm, -wm) − the same critic on
+    π0's prompt from π0."""
     found = []
     for (name, tasks, rollouts), rows in sorted(groups.items()):
         kind, _, size = name.rpartition("-")
         others = [(f"{kind}-tiny", "small − tiny")] if size == "small" else []
         if size in ("tiny", "small") and kind != "order":
             others.append((f"order-{size}", "critic − its backbone's order"))
+        if size in INPUT_TAGS:
+            others.append((kind, INPUT_TAGS[size]))
         for base, what in others:
             if (base, tasks, rollouts) in groups:
                 _, _, delta = pooled(rows, groups[(base, tasks, rollouts)])
@@ -530,12 +541,12 @@ def report(out: Path, held: tuple) -> None:
                      + span(delta) + " " + span(vs_prior))
     lines.append(f"| π0's own order of its top {TOP} (no PRM) | — | — | — | {prior['pairwise_accuracy']:.3f} | "
                  f"[{prior['ci95'][0]:.3f}, {prior['ci95'][1]:.3f}] | — | — | — | — |")
-    capacity = capacity_pairs(groups)
-    if capacity:
-        lines += ["", "Capacity at equal data (paired on the same held-out states and seeds):", "",
-                  "| A | B | train games | Δ pairwise acc. | paired 95% CI |", "|---|---|---|---|---|"]
-        lines += [f"| {c['a']} | {c['b']} | {c['tasks']} | {c['delta'][0]:+.3f} | [{c['delta'][1]:+.3f}, "
-                  f"{c['delta'][2]:+.3f}] |" for c in capacity]
+    pairs = variant_pairs(groups)
+    if pairs:
+        lines += ["", "Variants paired (the same held-out states and seeds):", "",
+                  "| A | B | what | train games | Δ pairwise acc. | paired 95% CI |", "|---|---|---|---|---|---|"]
+        lines += [f"| {c['a']} | {c['b']} | {c['what']} | {c['tasks']} | {c['delta'][0]:+.3f} | [{c['delta'][1]:+.3f}, "
+                  f"{c['delta'][2]:+.3f}] |" for c in pairs]
     train = max(out.glob("tasks/train-*"), key=lambda f: int(f.name.split("-")[1]), default=None)
     layout = layout_prior([f for f in sorted(train.iterdir()) if (f / "game.tw-pddl").is_file()]) if train else {}
     kinds = pair_kind_rows(groups, held, order, layout)
@@ -554,7 +565,7 @@ def report(out: Path, held: tuple) -> None:
                      f"{fmt(r['ci95'][1])}] | {fmt(r['mean_state_spearman'])} | {fmt(r['train']['pairwise_accuracy'])}"
                      f" ({r['train']['pairs']}) | {r['prm_seconds']:.0f} |")
     write_text(out / "curve.md", "\n".join(lines) + "\n")
-    write_json(out / "curve.json", {"pooled": summary, "capacity": capacity, "pair_kinds": kinds, "pi0_order": {k: v for k, v in prior.items()
+    write_json(out / "curve.json", {"pooled": summary, "variant_pairs": pairs, "pair_kinds": kinds, "pi0_order": {k: v for k, v in prior.items()
                                                                        if not k.startswith("state_")}, "points": [{k: v for k, v in r.items() if not
                                                                    k.startswith("state_") and k != "pred"} for r in results],
                                     "provenance": provenance(None, None)})

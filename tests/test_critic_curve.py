@@ -130,8 +130,8 @@ def test_the_capacity_axis_builds_its_backbones_once_and_ranks_by_them(tmp_path)
     assert json.loads((critic / "result.json").read_text())["examples"] > 0
     meta = json.loads((critic / "prm" / "agentprm.json").read_text())
     assert meta["prior_weight"] == 1.0 and (critic / "prm" / "prior" / "config.json").is_file()
-    capacity = json.loads((out / "curve.json").read_text())["capacity"]   # the critic paired with its backbone's order
-    assert [(c["a"], c["b"]) for c in capacity] == [("cont-plackett-luce-prior-tiny", "order-tiny")]
+    pairs = json.loads((out / "curve.json").read_text())["variant_pairs"]   # the critic paired with its backbone's order
+    assert [(c["a"], c["b"]) for c in pairs] == [("cont-plackett-luce-prior-tiny", "order-tiny")]
 
 
 def _state(key: str, memory=(), admissible=()) -> AgentState:
