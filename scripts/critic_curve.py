@@ -480,17 +480,17 @@ def pair_kind_rows(groups: dict[tuple, list[dict]], held: tuple, order: list[flo
     """Accuracy by pair kind per point (seeds pooled, points whose predictions are kept), π0's own order first; and
     where train games' layouts are at hand, the layout prior's ranking of two searching commands."""
     states, actions, truth = held
-    rows = [{"variant": "π0's own order (no PRM)", "tasks": "—", **{k: [v[0] / v[1] if v[1] else None, v[1]] for k, v
+    rows = [{"variant": "π0's own order (no PRM)", "tasks": "—", "rollouts": "—", **{k: [v[0] / v[1] if v[1] else None, v[1]] for k, v
                                                                in by_pair_kind(order, truth, states, actions).items()}}]
     if layout:
         right, n = by_pair_kind(layout_scores(layout, states, actions), truth, states, actions)["search–search"]
-        rows.append({"variant": "layout prior of the train games (search–search only)", "tasks": "—",
+        rows.append({"variant": "layout prior of the train games (search–search only)", "tasks": "—", "rollouts": "—",
                      "search–search": [right / n if n else None, n], "search–other": [None, 0], "other–other": [None, 0]})
-    for (name, tasks, _), results in sorted(groups.items()):
+    for (name, tasks, rollouts), results in sorted(groups.items()):
         found = [by_pair_kind(r["pred"], truth, states, actions) for r in results if "pred" in r]
         if found:
             total = {k: [sum(f[k][0] for f in found), sum(f[k][1] for f in found)] for k in PAIR_KINDS}
-            rows.append({"variant": name, "tasks": tasks, **{k: [v[0] / v[1] if v[1] else None, v[1] // len(found)]
+            rows.append({"variant": name, "tasks": tasks, "rollouts": rollouts, **{k: [v[0] / v[1] if v[1] else None, v[1] // len(found)]
                                                               for k, v in total.items()}})   # pairs: per seed
     if layout:   # each ranker with its search–search pairs ranked by the layout prior instead: what it would score
         by = rows[1]["search–search"]   # had it learned where things tend to be
@@ -552,9 +552,9 @@ def report(out: Path, held: tuple) -> None:
     kinds = pair_kind_rows(groups, held, order, layout)
     lines += ["", "By pair kind (seeds pooled): a command *searches* when it goes to or opens a receptacle whose contents "
               "the state has not shown; the oracle's order of two searching commands is the hidden layout's.", "",
-              "| variant | train games | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) +
-              " | all pairs, search–search by the layout prior |", "|---|---|" + "---|" * (len(PAIR_KINDS) + 1)]
-    lines += [f"| {row['variant']} | {row['tasks']} | " + " | ".join(
+              "| variant | train games | rollouts | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) +
+              " | all pairs, search–search by the layout prior |", "|---|---|---|" + "---|" * (len(PAIR_KINDS) + 1)]
+    lines += [f"| {row['variant']} | {row['tasks']} | {row['rollouts']} | " + " | ".join(
         f"{row[k][0]:.3f} ({row[k][1]})" if row[k][1] else "—" for k in PAIR_KINDS) +
         f" | {fmt3(row.get('with_layout'))} |" for row in kinds]
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "

@@ -67,7 +67,9 @@ def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
     assert {(p["tasks"], p["rollouts"]) for p in curve["points"]} == {(3, 6), (6, 12), (3, 9)}
     pooled = {(p["tasks"], p["rollouts"]): p for p in curve["pooled"]}
     assert pooled[(3, 6)]["delta"] is None and pooled[(6, 12)]["delta_vs"] == [3, 6]
-    assert (out / "curve.md").read_text().count("| soft-bce |") == 3 + 3   # the pooled rows, then one per seed
+    assert (out / "curve.md").read_text().count("| soft-bce |") == 3 + 3 + 3   # pooled, by pair kind, one per seed
+    assert [(r["tasks"], r["rollouts"]) for r in curve["pair_kinds"] if r["variant"] == "soft-bce"] == [
+        (3, 6), (3, 9), (6, 12)]
     assert 0.0 <= curve["pi0_order"]["pairwise_accuracy"] <= 1.0 and "π0's own order" in (out / "curve.md").read_text()
 
 
