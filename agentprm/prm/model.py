@@ -112,7 +112,8 @@ class ProcessRewardModel(nn.Module):
         states through its own prompt. It must share the PRM's tokenizer: the PRM is initialised from that folder."""
         folder = Path(policy_dir).expanduser()
         if not folder.is_dir():
-            raise UserError(f"prior_weight {weight}: the prior is the policy the PRM starts from, and {policy_dir} "
+            raise UserError(f"prior_weight {weight}: the prior is a policy's log π (by default the policy the PRM "
+                            f"starts from), and {policy_dir} "
                             "is not a policy folder (init the PRM from one, or set prior_weight 0)")
         if load_tokenizer(folder).get_vocab() != self.tokenizer.get_vocab():
             raise UserError(f"{folder}: its tokenizer is not the PRM's, so it cannot score the PRM's sequences as a "
