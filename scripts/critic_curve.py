@@ -362,8 +362,9 @@ def backbone(stages: StageRunner, size: str, recipe: tuple[int, int], workers: i
 
 def world_model(stages: StageRunner, out: Path, tasks: list, per_task: int) -> Path:
     """π0 trained one more epoch to predict, after each rollout turn's prompt and command, the observation that came
-    back (policy/sft.py's loss on the observation's tokens only): across games it learns where things tend to be, the
-    layout knowledge a searching command's value turns on. Built on the point's own rollouts."""
+    back (policy/sft.py's loss on the observation's tokens only): across games the next observation shows where
+    things tend to be, the layout knowledge a searching command's value turns on (whether the critic then uses it is
+    what the -wm variants measure). Built on the point's own rollouts."""
     from agentprm.agent.encoding import PromptConfig, prompt_ids, reply_ids
     from agentprm.models.presets import load_causal_lm, load_tokenizer
     from agentprm.policy.sft import IGNORE, Example, sft_loss
