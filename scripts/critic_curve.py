@@ -296,22 +296,34 @@ def searches(state, action: str) -> bool:
     return False
 
 
-def by_pair_kind(pred, truth: np.ndarray, states: list, actions: list[str]) -> dict[str, list[float]]:
+def by_pair_kind(pred, truth: np.ndarray, states: list, actions: list[str],
+                 per_state: bool = False) -> dict[str, list]:
     """[right, pairs] of the oracle's ordered same-state pairs, by how many of the two commands search (PAIR_KINDS):
-    where the critic's ranking can come from what the state shows, and where only the hidden layout decides."""
-    found = {k: [0.0, 0] for k in PAIR_KINDS}
+    where the critic's ranking can come from what the state shows, and where only the hidden layout decides. With
+    `per_state`, [rights, pairs] are arrays over the held-out states (for a bootstrap over states)."""
     rows: dict[str, list[int]] = {}
     for i, s in enumerate(states):
         rows.setdefault(s.key(), []).append(i)
-    for idx in rows.values():
+    found = {k: [np.zeros(len(rows)), np.zeros(len(rows), dtype=int)] for k in PAIR_KINDS}
+    for at, idx in enumerate(rows.values()):
         for i in idx:
             for j in idx:
                 if truth[i] > truth[j]:
                     n = searches(states[i], actions[i]) + searches(states[j], actions[j])
                     cell = found[PAIR_KINDS[2 - n]]
-                    cell[0] += 1.0 if pred[i] > pred[j] else 0.5 if pred[i] == pred[j] else 0.0
-                    cell[1] += 1
-    return found
+                    cell[0][at] += 1.0 if pred[i] > pred[j] else 0.5 if pred[i] == pred[j] else 0.0
+                    cell[1][at] += 1
+    return found if per_state else {k: [float(r.sum()), int(n.sum())] for k, (r, n) in found.items()}
+
+
+def search_pairs_ci(pred, base, held: tuple, boot: int = 2000) -> tuple[list[float], list[float]]:
+    """The 95% bootstrap CI (over held-out states) of `pred`'s accuracy on search–search pairs, and of its paired
+    difference from `base`'s on the same pairs."""
+    states, actions, truth = held
+    (ra, n), (rb, _) = (by_pair_kind(p, truth, states, actions, per_state=True)["search–search"] for p in (pred, base))
+    draw = np.random.default_rng(0).integers(0, len(n), (boot, len(n)))
+    a, b = ra[draw].sum(1) / n[draw].sum(1), rb[draw].sum(1) / n[draw].sum(1)
+    return np.quantile(a, [0.025, 0.975]).tolist(), np.quantile(a - b, [0.025, 0.975]).tolist()
 
 
 _PLACED = re.compile(r"\(inReceptacle ([A-Za-z]+)_bar_\S+ ([A-Za-z]+)_bar_\S+\)")
@@ -477,25 +489,30 @@ def variant_pairs(groups: dict[tuple, list[dict]]) -> list[dict]:
 
 
 def pair_kind_rows(groups: dict[tuple, list[dict]], held: tuple, order: list[float],
-                   layout: dict[tuple[str, str], float]) -> list[dict]:
+                   layouts: dict[int, dict[tuple[str, str], float]]) -> list[dict]:
     """Accuracy by pair kind per point (seeds pooled, points whose predictions are kept), π0's own order first; and
-    where train games' layouts are at hand, the layout prior's ranking of two searching commands."""
+    where train games' layouts are at hand, the layout prior's ranking of two searching commands, counted from the
+    first n train games for each n in `layouts`."""
     states, actions, truth = held
-    rows = [{"variant": "π0's own order (no PRM)", "tasks": "—", "rollouts": "—", **{k: [v[0] / v[1] if v[1] else None, v[1]] for k, v
-                                                               in by_pair_kind(order, truth, states, actions).items()}}]
-    if layout:
-        right, n = by_pair_kind(layout_scores(layout, states, actions), truth, states, actions)["search–search"]
-        rows.append({"variant": "layout prior of the train games (search–search only)", "tasks": "—", "rollouts": "—",
-                     "search–search": [right / n if n else None, n], "search–other": [None, 0], "other–other": [None, 0]})
+    cell = lambda right, n: [right / n if n else None, n]  # noqa: E731
+    rows = [{"variant": "π0's own order (no PRM)", "tasks": "—", "rollouts": "—",
+             **{k: cell(*v) for k, v in by_pair_kind(order, truth, states, actions).items()}}]
+    for games, layout in sorted(layouts.items()):
+        scores = layout_scores(layout, states, actions)
+        found = by_pair_kind(scores, truth, states, actions)["search–search"]
+        ci, vs_order = search_pairs_ci(scores, order, held)
+        rows.append({"variant": "layout prior of the train games (search–search only)", "tasks": games,
+                     "rollouts": "—", "search–search": cell(*found), "search–other": [None, 0], "other–other": [None, 0],
+                     "ci95": ci, "delta_vs_pi0_order_ci95": vs_order})
     for (name, tasks, rollouts), results in sorted(groups.items()):
         found = [by_pair_kind(r["pred"], truth, states, actions) for r in results if "pred" in r]
-        if found:
-            total = {k: [sum(f[k][0] for f in found), sum(f[k][1] for f in found)] for k in PAIR_KINDS}
-            rows.append({"variant": name, "tasks": tasks, "rollouts": rollouts, **{k: [v[0] / v[1] if v[1] else None, v[1] // len(found)]
-                                                              for k, v in total.items()}})   # pairs: per seed
-    if layout:   # each ranker with its search–search pairs ranked by the layout prior instead: what it would score
-        by = rows[1]["search–search"]   # had it learned where things tend to be
-        for row in rows[:1] + rows[2:]:
+        if found:   # pairs: per seed
+            rows.append({"variant": name, "tasks": tasks, "rollouts": rollouts, **{k: cell(
+                sum(f[k][0] for f in found), sum(f[k][1] for f in found)) for k in PAIR_KINDS}})
+            rows[-1].update({k: [rows[-1][k][0], rows[-1][k][1] // len(found)] for k in PAIR_KINDS})
+    if layouts:   # each ranker with its search–search pairs ranked by the layout prior of the most games instead: what
+        by = rows[len(layouts)]["search–search"]   # it would score had it learned where things tend to be
+        for row in rows[:1] + rows[len(layouts) + 1:]:
             cells = [by] + [row[k] for k in PAIR_KINDS[1:]]
             n = sum(c[1] for c in cells)
             row["with_layout"] = sum(c[0] * c[1] for c in cells if c[1]) / n if n else None
@@ -549,8 +566,9 @@ def report(out: Path, held: tuple) -> None:
         lines += [f"| {c['a']} | {c['b']} | {c['what']} | {c['tasks']} | {c['delta'][0]:+.3f} | [{c['delta'][1]:+.3f}, "
                   f"{c['delta'][2]:+.3f}] |" for c in pairs]
     train = max(out.glob("tasks/train-*"), key=lambda f: int(f.name.split("-")[1]), default=None)
-    layout = layout_prior([f for f in sorted(train.iterdir()) if (f / "game.tw-pddl").is_file()]) if train else {}
-    kinds = pair_kind_rows(groups, held, order, layout)
+    games = [f for f in sorted(train.iterdir()) if (f / "game.tw-pddl").is_file()] if train else []   # game order
+    kinds = pair_kind_rows(groups, held, order, {n: layout_prior(games[:n]) for n in sorted(
+        {n for n in (24, 48, 120) if n < len(games)} | {len(games)}) if games})
     lines += ["", "By pair kind (seeds pooled): a command *searches* when it goes to or opens a receptacle whose contents "
               "the state has not shown; the oracle's order of two searching commands is the hidden layout's.", "",
               "| variant | train games | rollouts | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) +
@@ -558,6 +576,10 @@ def report(out: Path, held: tuple) -> None:
     lines += [f"| {row['variant']} | {row['tasks']} | {row['rollouts']} | " + " | ".join(
         f"{row[k][0]:.3f} ({row[k][1]})" if row[k][1] else "—" for k in PAIR_KINDS) +
         f" | {fmt3(row.get('with_layout'))} |" for row in kinds]
+    lines += [""] + [f"Layout prior of {row['tasks']} games on search–search pairs: 95% CI [{row['ci95'][0]:.3f}, "
+              f"{row['ci95'][1]:.3f}] (states), minus π0's own order there: paired 95% CI "
+              f"[{row['delta_vs_pi0_order_ci95'][0]:+.3f}, {row['delta_vs_pi0_order_ci95'][1]:+.3f}]"
+              + "  " for row in kinds if "ci95" in row]
     lines += ["", "| train games | rollouts | variant | seed | examples | held-out pairwise acc. | 95% CI (states) | "
               "per-state Spearman | train pairwise acc. | PRM s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["variant"], r["tasks"], r["rollouts"], r["seed"])):
