@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from agentprm.agent.lm import LMAgent
 from agentprm.agent.replay import episode_states
 from agentprm.agent.state import object_type
-from agentprm.data.tables import TARGETS_SCHEMA, write_with_info
+from agentprm.data.tables import META_KEY, TARGETS_SCHEMA, write_with_info
 from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories
 from agentprm.envs.alfworld.generate import generate_tasks
 from agentprm.envs.alfworld.tasks import load_tasks
@@ -80,7 +80,8 @@ class Variant:
     init: str = "policy"      # "policy" = π0's weights (0.5 M parameters), or a preset trained from scratch
     epochs: float = 2.0
     data: str = "mc"          # "mc": MC targets of the rollouts; "continuation": oracle labels of π0's top 4 at
-                              # STATES_PER_GAME rollout states per game (same-state alternatives by construction)
+                              # STATES_PER_GAME rollout states per game (same-state alternatives by construction);
+                              # "found": the rollouts' search outcomes (found_file)
     prior: float = 0.0        # the PRM's prior_weight: logit f + w · log π0(a|s) (prm/model.py)
     inputs: tuple = ()        # what the critic reads besides π0's prompt: (PromptConfig field, value) pairs
 
@@ -109,6 +110,9 @@ VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers s
     "cont-plackett-luce-wm": Variant("plackett-luce", epochs=8.0, data="continuation", init="worldmodel"),
     "cont-plackett-luce-prior-wm": Variant("plackett-luce", epochs=8.0, data="continuation", prior=1.0,
                                            init="worldmodel"),
+    # a critic of search outcomes alone: soft-BCE on "did this search show what the task wants" (found_file), the
+    # label the layout prior counts — can a critic learn where things tend to be when it is told search by search?
+    "found-soft-bce": Variant("soft-bce", data="found"),
     # the critic's inputs (π0's prompt: two earlier turns, no command list): all eight earlier turns the state keeps, or
     # the state's admissible commands listed — with and without π0's prior (which reads π0's own prompt either way)
     **{f"cont-plackett-luce{p}-{tag}": Variant("plackett-luce", epochs=8.0, data="continuation", prior=w, inputs=inputs)
@@ -237,6 +241,40 @@ def continuation_file(stages: StageRunner, out: Path, tasks: list, per_task: int
                                       "tasks": len(tasks), "per_task": per_task, "candidates": TOP})
     name = tag(len(tasks), per_task)
     return stages.run(f"continuation_{name[1:]}", f"targets/continuation-{name}.parquet", build)
+
+
+def found_file(stages: StageRunner, out: Path, tasks: list, per_task: int) -> Path:
+    """Search outcomes as targets, free in every rollout: each searching command (`searches`) of the first
+    `per_task` rollouts of `tasks`, labelled 1 when the observation it brought shows an object the task wants, else 0
+    — a label of where things are, one per search, with no simulator time of its own. The file's info also counts
+    them by (wanted object type, receptacle type): `type_counts`, "apple|fridge" -> [found, searches]."""
+    ids = {t.task_id for t in tasks}
+
+    def build(path: Path) -> None:
+        rows, counts = [], {}
+        for e in iter_episodes(read_trajectories(out / "rollouts")):
+            if e.task_id not in ids or e.error or int(e.episode_id.rsplit("-", 1)[1]) >= per_task:
+                continue
+            seen = list(episode_states(e))
+            for t, ((state, reply), (after, _)) in enumerate(zip(seen, seen[1:])):
+                action = after.commands[-1]
+                if searches(state, action):
+                    target = action.split(" ", 2)[-1] if action.startswith("go to ") else action.split(" ", 1)[-1]
+                    shown = {object_type(o) for o, r in after.sightings() if r == target}
+                    rows.append({"state_key": state.key(), "action": reply, "q": float(bool(shown)), "visits": 1,
+                                 "task_id": e.task_id, "task_type": e.task_type, "episode_id": e.episode_id, "turn": t})
+                    goal = state.goal
+                    for w in ({goal.obj, goal.toggle} - {""} if goal else ()):
+                        cell = counts.setdefault(f"{w}|{object_type(target)}", [0, 0])
+                        cell[0] += w in shown or f"{w}sliced" in shown
+                        cell[1] += 1
+        table = pa.Table.from_pylist(rows, schema=TARGETS_SCHEMA)
+        write_with_info(path, table, {"kind": "search-outcome-targets", "rollouts": str((out / "rollouts").resolve()),
+                                      "tasks": len(tasks), "per_task": per_task,
+                                      "found": float(np.mean(table["q"].to_numpy())) if rows else 0.0,
+                                      "type_counts": counts})
+    name = tag(len(tasks), per_task)
+    return stages.run(f"found_{name[1:]}", f"targets/found-{name}.parquet", build)
 
 
 def tag(n: int, per_task: int) -> str:
@@ -424,6 +462,7 @@ def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str,
             str(backbone(stages, variant.init.split(":")[1], recipe, workers)) if variant.init.startswith("backbone:")
             else str(world_model(stages, out, tasks, per_task)) if variant.init == "worldmodel" else variant.init)
     target_file = (None if variant.loss == "order" else targets(stages, out, tasks, per_task) if variant.data == "mc"
+                   else found_file(stages, out, tasks, per_task) if variant.data == "found"
                    else continuation_file(stages, out, tasks, per_task, workers))
 
     def build(folder: Path) -> None:
@@ -569,6 +608,15 @@ def report(out: Path, held: tuple) -> None:
     games = [f for f in sorted(train.iterdir()) if (f / "game.tw-pddl").is_file()] if train else []   # game order
     kinds = pair_kind_rows(groups, held, order, {n: layout_prior(games[:n]) for n in sorted(
         {n for n in (24, 48, 120) if n < len(games)} | {len(games)}) if games})
+    found = max(out.glob("targets/found-*.parquet"), key=lambda f: f.stat().st_size, default=None)
+    if found is not None:   # the same ranking from the rollouts' own search outcomes, counted by type (no critic)
+        counts = json.loads(pq.read_schema(found).metadata[META_KEY]).get("type_counts", {})
+        scores = layout_scores({tuple(k.split("|")): f / n for k, (f, n) in counts.items()}, *held[:2])
+        right, n = by_pair_kind(scores, held[2], *held[:2])["search–search"]
+        ci, vs_order = search_pairs_ci(scores, order, held)
+        kinds.append({"variant": f"search-outcome counts of {found.stem[6:]}'s rollouts (search–search only)",
+                      "tasks": "—", "rollouts": "—", "search–search": [right / n if n else None, n],
+                      "search–other": [None, 0], "other–other": [None, 0], "ci95": ci, "delta_vs_pi0_order_ci95": vs_order})
     lines += ["", "By pair kind (seeds pooled): a command *searches* when it goes to or opens a receptacle whose contents "
               "the state has not shown; the oracle's order of two searching commands is the hidden layout's.", "",
               "| variant | train games | rollouts | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) +
@@ -576,7 +624,8 @@ def report(out: Path, held: tuple) -> None:
     lines += [f"| {row['variant']} | {row['tasks']} | {row['rollouts']} | " + " | ".join(
         f"{row[k][0]:.3f} ({row[k][1]})" if row[k][1] else "—" for k in PAIR_KINDS) +
         f" | {fmt3(row.get('with_layout'))} |" for row in kinds]
-    lines += [""] + [f"Layout prior of {row['tasks']} games on search–search pairs: 95% CI [{row['ci95'][0]:.3f}, "
+    lines += [""] + [f"{row['variant'].split(' (')[0]}" + (f", {row['tasks']} games" if row["tasks"] != "—" else "") +
+                     f": on search–search pairs 95% CI [{row['ci95'][0]:.3f}, "
               f"{row['ci95'][1]:.3f}] (states), minus π0's own order there: paired 95% CI "
               f"[{row['delta_vs_pi0_order_ci95'][0]:+.3f}, {row['delta_vs_pi0_order_ci95'][1]:+.3f}]"
               + "  " for row in kinds if "ci95" in row]

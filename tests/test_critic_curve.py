@@ -80,7 +80,7 @@ def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path
     first = {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")}
     assert list(first) == ["games-00000-00003.parquet"]
     _run(out, "--tasks", "3", "6", "--per-task", "2", "--variants", "cont-bradley-terry-prior",
-         "cont-plackett-luce-prior-adm", "cont-plackett-luce-prior-wm")
+         "cont-plackett-luce-prior-adm", "cont-plackett-luce-prior-wm", "found-soft-bce")
     assert {p.name: p.read_bytes() for p in (out / "labels").glob("*.parquet")} == {
         **first, "games-00003-00006.parquet": (out / "labels" / "games-00003-00006.parquet").read_bytes()}
     small, large = (pq.read_table(out / "targets" / f"continuation-n{n}_k2.parquet") for n in (3, 6))
@@ -109,9 +109,16 @@ def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path
     from safetensors.torch import load_file
     prior, pi0 = (load_file(f / "model.safetensors") for f in (wm_prm / "prior", DEFAULT_POLICY))
     assert all(torch.equal(prior[k], pi0[k]) for k in pi0)
+    # search outcomes as targets: one 0/1 row per searching command of the rollouts, counted by type in the info
+    found = pq.read_table(out / "targets" / "found-n6_k2.parquet")
+    counts = json.loads(found.schema.metadata[b"agentprm"])["type_counts"]
+    assert found.num_rows > 0 and set(found["q"].to_pylist()) <= {0.0, 1.0}
+    assert sum(n for _, n in counts.values()) >= found.num_rows and all(0 <= f <= n for f, n in counts.values())
     kinds = {row["variant"]: row for row in curve["pair_kinds"]}
     assert set(kinds) >= {"π0's own order (no PRM)", "cont-bradley-terry-prior", "cont-plackett-luce-prior-adm",
-                          "cont-plackett-luce-prior-wm", "layout prior of the train games (search–search only)"}
+                          "cont-plackett-luce-prior-wm", "found-soft-bce",
+                          "layout prior of the train games (search–search only)",
+                          "search-outcome counts of n6_k2's rollouts (search–search only)"}
     assert sum(n for _, n in (kinds["π0's own order (no PRM)"][k] for k in PAIR_KINDS)) == curve["pi0_order"]["pairs"]
 
 
