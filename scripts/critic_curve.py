@@ -41,6 +41,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -243,23 +244,27 @@ def continuation_file(stages: StageRunner, out: Path, tasks: list, per_task: int
     return stages.run(f"continuation_{name[1:]}", f"targets/continuation-{name}.parquet", build)
 
 
+def point_episodes(out: Path, tasks: list, per_task: int):
+    """The episodes of a point's rollouts: `tasks`' games, their first `per_task` rollouts, none that errored."""
+    ids = {t.task_id for t in tasks}
+    for e in iter_episodes(read_trajectories(out / "rollouts")):
+        if e.task_id in ids and not e.error and int(e.episode_id.rsplit("-", 1)[1]) < per_task:
+            yield e
+
+
 def found_file(stages: StageRunner, out: Path, tasks: list, per_task: int) -> Path:
     """Search outcomes as targets, free in every rollout: each searching command (`searches`) of the first
     `per_task` rollouts of `tasks`, labelled 1 when the observation it brought shows an object the task wants, else 0
     — a label of where things are, one per search, with no simulator time of its own. The file's info also counts
     them by (wanted object type, receptacle type): `type_counts`, "apple|fridge" -> [found, searches]."""
-    ids = {t.task_id for t in tasks}
-
     def build(path: Path) -> None:
         rows, counts = [], {}
-        for e in iter_episodes(read_trajectories(out / "rollouts")):
-            if e.task_id not in ids or e.error or int(e.episode_id.rsplit("-", 1)[1]) >= per_task:
-                continue
+        for e in point_episodes(out, tasks, per_task):
             seen = list(episode_states(e))
             for t, ((state, reply), (after, _)) in enumerate(zip(seen, seen[1:])):
                 action = after.commands[-1]
                 if searches(state, action):
-                    target = action.split(" ", 2)[-1] if action.startswith("go to ") else action.split(" ", 1)[-1]
+                    target = visited(action)
                     shown = {object_type(o) for o, r in after.sightings() if r == target}
                     rows.append({"state_key": state.key(), "action": reply, "q": float(bool(shown)), "visits": 1,
                                  "task_id": e.task_id, "task_type": e.task_type, "episode_id": e.episode_id, "turn": t})
@@ -325,13 +330,19 @@ def ranking(pred: np.ndarray, truth: np.ndarray, groups: list[str], boot: int = 
 PAIR_KINDS = ("search–search", "search–other", "other–other")
 
 
+def visited(action: str) -> str | None:
+    """The receptacle a "go to" or "open" command names; None for any other command."""
+    for verb in ("go to ", "open "):
+        if action.startswith(verb):
+            return action[len(verb):]
+    return None
+
+
 def searches(state, action: str) -> bool:
     """A command whose outcome turns on what the agent has not seen: going to, or opening, a receptacle whose contents
     it does not know (never visited, or seen closed). What it finds there is the layout's, hidden from any critic."""
-    for verb in ("go to ", "open "):
-        if action.startswith(verb):
-            return state.contents(action[len(verb):]) is None
-    return False
+    target = visited(action)
+    return target is not None and state.contents(target) is None
 
 
 def by_pair_kind(pred, truth: np.ndarray, states: list, actions: list[str],
@@ -387,9 +398,8 @@ def layout_scores(prior: dict[tuple[str, str], float], states: list, actions: li
     object, or its lamp); 0 for a command that does not search. Meant for pairs of two searching commands only."""
     found = []
     for s, a in zip(states, actions):
-        goal, target = s.goal, a.split(" ", 2)[-1] if a.startswith("go to ") else a.split(" ", 1)[-1]
-        wanted = {goal.obj, goal.toggle} - {""} if goal else set()
-        found.append(max((prior.get((w, object_type(target)), 0.0) for w in wanted), default=0.0)
+        wanted = {s.goal.obj, s.goal.toggle} - {""} if s.goal else set()
+        found.append(max((prior.get((w, object_type(visited(a))), 0.0) for w in wanted), default=0.0)
                      if searches(s, a) else 0.0)
     return found
 
@@ -420,15 +430,10 @@ def world_model(stages: StageRunner, out: Path, tasks: list, per_task: int) -> P
     from agentprm.policy.sft import IGNORE, Example, sft_loss
     from agentprm.train.core import train
 
-    ids = {t.task_id for t in tasks}
-
     def build(folder: Path) -> None:
         tokenizer, prompt = load_tokenizer(DEFAULT_POLICY), PromptConfig.load(DEFAULT_POLICY)
         examples = []
-        for e in iter_episodes(read_trajectories(out / "rollouts")):
-            repeat = int(e.episode_id.rsplit("-", 1)[1])
-            if e.task_id not in ids or e.error or repeat >= per_task:
-                continue
+        for e in point_episodes(out, tasks, per_task):
             for (state, reply), after in zip(episode_states(e), e.steps[1:]):   # the observation a reply brought
                 head = prompt_ids(tokenizer, state, prompt) + reply_ids(tokenizer, reply)
                 seen = tokenizer(after.observation, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -439,7 +444,7 @@ def world_model(stages: StageRunner, out: Path, tasks: list, per_task: int) -> P
         folder.mkdir(parents=True)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        prompt.save(folder, kind="policy", world_model={"examples": len(examples), "tasks": len(ids)})
+        prompt.save(folder, kind="policy", world_model={"examples": len(examples), "tasks": len(tasks)})
     return stages.run(f"worldmodel_{tag(len(tasks), per_task)[1:]}", f"backbones/worldmodel-{tag(len(tasks), per_task)}",
                       build)
 
@@ -528,34 +533,36 @@ def variant_pairs(groups: dict[tuple, list[dict]]) -> list[dict]:
 
 
 def pair_kind_rows(groups: dict[tuple, list[dict]], held: tuple, order: list[float],
-                   layouts: dict[int, dict[tuple[str, str], float]]) -> list[dict]:
-    """Accuracy by pair kind per point (seeds pooled, points whose predictions are kept), π0's own order first; and
-    where train games' layouts are at hand, the layout prior's ranking of two searching commands, counted from the
-    first n train games for each n in `layouts`."""
+                   search_priors: list[tuple[str, Any, dict[tuple[str, str], float]]]) -> list[dict]:
+    """Accuracy by pair kind per point (seeds pooled, points whose predictions are kept), π0's own order first; then
+    each (label, train games, prior) of `search_priors` ranking the pairs of two searching commands (layout_scores);
+    and, with the first prior's search–search accuracy in place of each ranker's own, what that ranker would score
+    had it learned where things tend to be ("with_layout")."""
     states, actions, truth = held
     cell = lambda right, n: [right / n if n else None, n]  # noqa: E731
     rows = [{"variant": "π0's own order (no PRM)", "tasks": "—", "rollouts": "—",
              **{k: cell(*v) for k, v in by_pair_kind(order, truth, states, actions).items()}}]
-    for games, layout in sorted(layouts.items()):
-        scores = layout_scores(layout, states, actions)
-        found = by_pair_kind(scores, truth, states, actions)["search–search"]
+    searchers = []
+    for label, games, prior in search_priors:
+        scores = layout_scores(prior, states, actions)
         ci, vs_order = search_pairs_ci(scores, order, held)
-        rows.append({"variant": "layout prior of the train games (search–search only)", "tasks": games,
-                     "rollouts": "—", "search–search": cell(*found), "search–other": [None, 0], "other–other": [None, 0],
-                     "ci95": ci, "delta_vs_pi0_order_ci95": vs_order})
+        searchers.append({"variant": f"{label} (search–search only)", "tasks": games, "rollouts": "—",
+                          "search–search": cell(*by_pair_kind(scores, truth, states, actions)["search–search"]),
+                          "search–other": [None, 0], "other–other": [None, 0], "ci95": ci,
+                          "delta_vs_pi0_order_ci95": vs_order})
     for (name, tasks, rollouts), results in sorted(groups.items()):
         found = [by_pair_kind(r["pred"], truth, states, actions) for r in results if "pred" in r]
-        if found:   # pairs: per seed
-            rows.append({"variant": name, "tasks": tasks, "rollouts": rollouts, **{k: cell(
-                sum(f[k][0] for f in found), sum(f[k][1] for f in found)) for k in PAIR_KINDS}})
-            rows[-1].update({k: [rows[-1][k][0], rows[-1][k][1] // len(found)] for k in PAIR_KINDS})
-    if layouts:   # each ranker with its search–search pairs ranked by the layout prior of the most games instead: what
-        by = rows[len(layouts)]["search–search"]   # it would score had it learned where things tend to be
-        for row in rows[:1] + rows[len(layouts) + 1:]:
+        if found:   # accuracy pooled over seeds, pairs counted per seed
+            rows.append({"variant": name, "tasks": tasks, "rollouts": rollouts, **{k: [
+                cell(sum(f[k][0] for f in found), sum(f[k][1] for f in found))[0],
+                sum(f[k][1] for f in found) // len(found)] for k in PAIR_KINDS}})
+    if searchers:
+        by = searchers[0]["search–search"]
+        for row in rows:
             cells = [by] + [row[k] for k in PAIR_KINDS[1:]]
             n = sum(c[1] for c in cells)
             row["with_layout"] = sum(c[0] * c[1] for c in cells if c[1]) / n if n else None
-    return rows
+    return rows[:1] + searchers + rows[1:]
 
 
 def report(out: Path, held: tuple) -> None:
@@ -606,17 +613,14 @@ def report(out: Path, held: tuple) -> None:
                   f"{c['delta'][2]:+.3f}] |" for c in pairs]
     train = max(out.glob("tasks/train-*"), key=lambda f: int(f.name.split("-")[1]), default=None)
     games = [f for f in sorted(train.iterdir()) if (f / "game.tw-pddl").is_file()] if train else []   # game order
-    kinds = pair_kind_rows(groups, held, order, {n: layout_prior(games[:n]) for n in sorted(
-        {n for n in (24, 48, 120) if n < len(games)} | {len(games)}) if games})
+    counts = sorted({n for n in (24, 48, 120) if n < len(games)} | {len(games)}) if games else []
+    search_priors = [("layout prior of the train games", n, layout_prior(games[:n])) for n in reversed(counts)]
     found = max(out.glob("targets/found-*.parquet"), key=lambda f: f.stat().st_size, default=None)
     if found is not None:   # the same ranking from the rollouts' own search outcomes, counted by type (no critic)
-        counts = json.loads(pq.read_schema(found).metadata[META_KEY]).get("type_counts", {})
-        scores = layout_scores({tuple(k.split("|")): f / n for k, (f, n) in counts.items()}, *held[:2])
-        right, n = by_pair_kind(scores, held[2], *held[:2])["search–search"]
-        ci, vs_order = search_pairs_ci(scores, order, held)
-        kinds.append({"variant": f"search-outcome counts of {found.stem[6:]}'s rollouts (search–search only)",
-                      "tasks": "—", "rollouts": "—", "search–search": [right / n if n else None, n],
-                      "search–other": [None, 0], "other–other": [None, 0], "ci95": ci, "delta_vs_pi0_order_ci95": vs_order})
+        outcomes = json.loads(pq.read_schema(found).metadata[META_KEY]).get("type_counts", {})
+        search_priors.append((f"search-outcome counts of {found.stem[6:]}'s rollouts", "—",
+                              {tuple(k.split("|")): f / n for k, (f, n) in outcomes.items()}))
+    kinds = pair_kind_rows(groups, held, order, search_priors)
     lines += ["", "By pair kind (seeds pooled): a command *searches* when it goes to or opens a receptacle whose contents "
               "the state has not shown; the oracle's order of two searching commands is the hidden layout's.", "",
               "| variant | train games | rollouts | " + " | ".join(f"{k} acc. (pairs)" for k in PAIR_KINDS) +

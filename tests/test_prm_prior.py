@@ -174,7 +174,9 @@ def test_a_prm_reading_more_than_its_prior_keeps_the_prior_on_its_policys_prompt
     same.attach_prior(policy_dir, 0.5)
     from agentprm.agent.encoding import reply_ids
     ids = [reply_ids(prm.tokenizer, r) for r in replies]
-    assert torch.allclose(prm.prior_offsets(states, ids), same.prior_offsets(states, ids))
+    assert torch.allclose(prm.prior_offsets(states, [prompt_ids(prm.tokenizer, s, prm.prompt)
+                                                     for s in states], ids),
+                          same.prior_offsets(states, [prompt_ids(same.tokenizer, s, same.prompt) for s in states], ids))
     # a PRM saved before the prior kept its own prompt file reads states as the PRM does
     (tmp_path / "prm" / "prior" / "agentprm.json").unlink()
     assert ProcessRewardModel.load(tmp_path / "prm").prior.prompt == prm.prompt

@@ -121,19 +121,26 @@ class ProcessRewardModel(nn.Module):
         self.prior = Prior(_frozen(load_causal_lm(folder)), weight, PromptConfig.load(folder))
 
     @torch.no_grad()
-    def prior_offsets(self, states: Sequence[AgentState], replies: Sequence[Sequence[int]],
-                      batch_size: int = 32) -> torch.Tensor:
-        """w · log π_ref(reply | s) per row (zeros without a prior), float32 on the CPU; a state's rows are scored in
-        one packed row (`_prior_packed`)."""
+    def prior_offsets(self, states: Sequence[AgentState], prompts: Sequence[Sequence[int]],
+                      replies: Sequence[Sequence[int]], batch_size: int = 32) -> torch.Tensor:
+        """w · log π_ref(reply | s) per row (zeros without a prior), float32 on the CPU; `prompts` are the PRM's
+        own prompt ids of `states`; a state's rows are scored in one packed row (`_prior_packed`)."""
         if self.prior is None:
             return torch.zeros(len(replies))
         members = group_indices([s.key() for s in states])
         out = torch.zeros(len(replies))
-        heads = [prompt_ids(self.tokenizer, states[m[0]], self.prior.prompt) for m in members]
+        heads = self._prior_heads([states[m[0]] for m in members], [prompts[m[0]] for m in members])
         for m, offsets in zip(members, self._prior_packed(heads, [[replies[i] for i in m] for m in members],
                                                           batch_size)):
             out[m] = offsets
         return out
+
+    def _prior_heads(self, states: Sequence[AgentState], heads: Sequence[Sequence[int]]) -> Sequence[Sequence[int]]:
+        """The prompt ids the prior reads `states` by: the PRM's own `heads` where both read states alike, else
+        its policy's prompt encoded."""
+        if self.prior.prompt == self.prompt:
+            return heads
+        return [prompt_ids(self.tokenizer, s, self.prior.prompt) for s in states]
 
     @torch.no_grad()
     def _prior_packed(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[Sequence[int]]],
@@ -239,8 +246,7 @@ class ProcessRewardModel(nn.Module):
         logits = torch.zeros(len(replies))
         found = self.score_packed(heads, tails, batch_size)
         if self.prior is not None:
-            if self.prior.prompt != self.prompt:
-                heads = [prompt_ids(self.tokenizer, states[m[0]], self.prior.prompt) for m in members]
+            heads = self._prior_heads([states[m[0]] for m in members], heads)
             found = [f + o for f, o in zip(found, self._prior_packed(heads, tails, batch_size))]
         for m, group in zip(members, found):
             logits[m] = group

@@ -156,7 +156,8 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     actions, q = targets.table["action"].to_pylist(), targets.table["q"].to_pylist()
     keys, tasks = targets.table["state_key"].to_pylist(), targets.table["task_id"].to_pylist()
     replies = [reply_ids(prm.tokenizer, a) for a in actions]
-    offsets = prm.prior_offsets([by_key[k] for k in keys], replies, data.eval_batch_size)   # zeros without a prior
+    offsets = prm.prior_offsets([by_key[k] for k in keys], [prompts[k] for k in keys], replies,
+                                data.eval_batch_size)   # zeros without a prior
     off = offsets.tolist()
 
     held = split_by_task(tasks, data.heldout_frac, cfg.seed)
