@@ -65,6 +65,7 @@ from agentprm.prm.train import train_prm
 from agentprm.rollout.engine import episode_jobs, run_episodes
 from agentprm.rollout.oracle import OracleCritic
 from agentprm.rollout.play import play_tasks
+from agentprm.search.layout import searches, visited
 from agentprm.targets.mc import drop_failed_episodes, mc_targets, read_rollout_columns
 from agentprm.train.config import TrainConfig
 
@@ -328,21 +329,6 @@ def ranking(pred: np.ndarray, truth: np.ndarray, groups: list[str], boot: int = 
 
 
 PAIR_KINDS = ("search–search", "search–other", "other–other")
-
-
-def visited(action: str) -> str | None:
-    """The receptacle a "go to" or "open" command names; None for any other command."""
-    for verb in ("go to ", "open "):
-        if action.startswith(verb):
-            return action[len(verb):]
-    return None
-
-
-def searches(state, action: str) -> bool:
-    """A command whose outcome turns on what the agent has not seen: going to, or opening, a receptacle whose contents
-    it does not know (never visited, or seen closed). What it finds there is the layout's, hidden from any critic."""
-    target = visited(action)
-    return target is not None and state.contents(target) is None
 
 
 def by_pair_kind(pred, truth: np.ndarray, states: list, actions: list[str],

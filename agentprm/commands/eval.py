@@ -20,6 +20,11 @@ def register(sub) -> None:
     p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search, or "
                                                 "'uniform': seeded random scores, the control that says how much "
                                                 "of a search's gain is the PRM's")
+    p.add_argument("--layout", metavar="FILE", help="add ALFWorld's layout prior (`agentprm tasks layout` of the train "
+                                                    "games) to the critic: logit Q + W·f, f a searching command's "
+                                                    "advantage of where the wanted object tends to be")
+    p.add_argument("--layout-weight", type=float, default=None, metavar="W",
+                   help="W of --layout (required with it; scripts/informed_critic.py chooses it on held-out states)")
     p.add_argument("--best-of", type=int, default=1, metavar="N", help="Best-of-N with --prm (default 1: off)")
     p.add_argument("--beam-width", type=int, default=0, metavar="K", help="beam search with --prm (default 0: off)")
     p.add_argument("--beam-expand", type=int, default=4, metavar="M", help="samples per beam branch (default 4)")
@@ -28,7 +33,7 @@ def register(sub) -> None:
     add_max_errors(p)
     add_device_flags(p)
     add_common(p)
-    declare(p, {"episodes": "file"}, inputs=("policy", "prm", "tasks"))
+    declare(p, {"episodes": "file"}, inputs=("policy", "prm", "tasks", "layout"))
     p.set_defaults(func=run)
 
 
@@ -37,6 +42,10 @@ def run(args) -> int:
     require(not searching or args.prm, "--best-of/--beam-width need --prm DIR")
     require(not (args.best_of > 1 and args.beam_width > 0), "choose one of --best-of and --beam-width")
     require(not searching or args.temperature > 0, "--best-of/--beam-width sample replies: pass --temperature > 0")
+    require((args.layout is None) == (args.layout_weight is None), "--layout and --layout-weight go together")
+    require(not args.layout or args.best_of > 1, "--layout ranks one state's replies: it needs --best-of N (beam "
+                                                 "search compares different states' scores)")
+    critic = _critic(args) if searching else None     # a bad PRM folder or layout file: refused before any play
     agent = make_agent(args)
     from agentprm.data.summary import check_env_errors, print_table
     from agentprm.envs.alfworld.tasks import load_tasks
@@ -45,7 +54,7 @@ def run(args) -> int:
 
     how = EvalPlay(args.episodes_per_task, args.max_steps, args.seed, args.num_envs, args.workers)
     beam = (args.beam_width, args.beam_expand) if args.beam_width else None
-    episodes, summary = play_eval(agent, load_tasks(args.tasks), how, critic=_critic(args) if searching else None,
+    episodes, summary = play_eval(agent, load_tasks(args.tasks), how, critic=critic,
                                   best_of=args.best_of, beam=beam)
     if beam:
         summary["search"] = f"{agent.name}+beam{args.beam_width}x{args.beam_expand}"
@@ -64,7 +73,13 @@ def _critic(args):
     if args.prm == "uniform":
         from agentprm.search import UniformCritic
 
-        return UniformCritic(args.seed)
-    from agentprm.prm.loading import load_prm
+        critic = UniformCritic(args.seed)
+    else:
+        from agentprm.prm.loading import load_prm
 
-    return load_prm(args.prm)
+        critic = load_prm(args.prm)
+    if args.layout:
+        from agentprm.search.layout import LayoutCritic, LayoutPrior
+
+        critic = LayoutCritic(critic, LayoutPrior.load(args.layout), args.layout_weight)
+    return critic

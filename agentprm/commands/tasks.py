@@ -1,6 +1,8 @@
 """`agentprm tasks generate`: make verified ALFWorld games from the floor plans alfworld ships (or, with `--env`, the
 task folder of another registered environment that has a task generator, e.g. ScienceWorld's variations).
-`agentprm tasks list`: count the games of a task folder (generated, or official ALFWorld data) per type and split."""
+`agentprm tasks list`: count the games of a task folder (generated, or official ALFWorld data) per type and split.
+`agentprm tasks layout`: count where object types start in a folder of ALFWorld games — the layout prior a critic can
+add at test time (`agentprm eval --layout`; agentprm/search/layout.py)."""
 from __future__ import annotations
 
 import argparse
@@ -19,6 +21,7 @@ def register(sub) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _register_generate(actions)
     _register_list(actions)
+    _register_layout(actions)
 
 
 def _register_generate(actions) -> None:
@@ -44,6 +47,16 @@ def _register_list(actions) -> None:
                    help="a generated folder (tasks.jsonl) or official ALFWorld data, e.g. $ALFWORLD_DATA/json_2.1.1")
     p.add_argument("--types", nargs="+", metavar="TYPE", help="only these task types")
     p.set_defaults(func=run_list)
+
+
+def _register_layout(actions) -> None:
+    p = actions.add_parser("layout", help="count where object types start in ALFWorld games (the layout prior)")
+    p.add_argument("--tasks", required=True, metavar="DIR",
+                   help="ALFWorld games to count: the train split's (never the games you evaluate on)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the layout prior (JSON) for `eval --layout`")
+    add_common(p)
+    declare(p, {"out": "file"}, inputs=("tasks",))
+    p.set_defaults(func=run_layout)
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -112,4 +125,19 @@ def run_list(args: argparse.Namespace) -> int:
         if sum(row):
             table.add_row(task_type, *map(str, row), str(sum(row)))
     Console().print(table)
+    return 0
+
+
+def run_layout(args: argparse.Namespace) -> int:
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.search.layout import LayoutPrior
+
+    tasks = load_tasks(args.tasks)
+    if any(t.env != "alfworld" for t in tasks):
+        raise UserError(f"{args.tasks}: the layout prior counts ALFWorld games; this folder holds "
+                        f"{sorted({t.env for t in tasks} - {'alfworld'})[0]} tasks")
+    prior = LayoutPrior.from_tasks(tasks)
+    prior.save(args.out)
+    write_summary(args, {"games": prior.games, "pairs": len(prior.both), "out": args.out})
+    print(f"layout prior of {prior.games} games ({len(prior.both)} object/receptacle type pairs) -> {args.out}")
     return 0

@@ -238,6 +238,11 @@ class ProcessRewardModel(nn.Module):
     def score(self, states: Sequence[AgentState], replies: Sequence[str], batch_size: int = 32) -> torch.Tensor:
         """Q_φ(s, a) in [0, 1] for every (state, reply); the replies of one state share one packed row
         (`logits_packed`: Best-of-N's N candidates cost one prompt)."""
+        return torch.sigmoid(self.logits(states, replies, batch_size))
+
+    def logits(self, states: Sequence[AgentState], replies: Sequence[str], batch_size: int = 32) -> torch.Tensor:
+        """logit Q_φ(s, a) (the prior's log π included, where there is one): what `score` squashes, kept apart for
+        critics that add to it (search/layout.py) — a listwise PRM's logits run far past float32's sigmoid."""
         if len(states) != len(replies):
             raise ValueError(f"{len(states)} states but {len(replies)} replies")
         members = group_indices([s.key() for s in states])
@@ -250,7 +255,7 @@ class ProcessRewardModel(nn.Module):
             found = [f + o for f, o in zip(found, self._prior_packed(heads, tails, batch_size))]
         for m, group in zip(members, found):
             logits[m] = group
-        return torch.sigmoid(logits)
+        return logits
 
 
 def group_indices(keys: Sequence) -> list[list[int]]:
