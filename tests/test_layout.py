@@ -148,3 +148,26 @@ def test_the_cli_counts_a_train_folder_and_eval_searches_with_the_prior(generate
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and message in err
+
+
+def test_the_study_chooses_the_weight_on_held_out_pairs_and_cross_fits_it():
+    """scripts/informed_critic.py `choose_weight`: on states where the base critic orders the pair wrong and the
+    layout advantage right, the largest weight of the grid wins everywhere, on either half of the states too."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "informed_critic.py"
+    spec = importlib.util.spec_from_file_location("informed_critic", path)
+    study = sys.modules["informed_critic"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    keys = [f"s{k}" for k in range(40) for _ in range(2)]
+    truth = np.array([1.0, 0.0] * 40)
+    base = np.array([0.0, 1.0] * 20 + [1.0, 0.0] * 20)    # wrong on the first 20 states, right on the rest
+    f = np.array([0.1, -0.1] * 20 + [0.0, 0.0] * 20)      # the prior speaks only where the base is wrong
+    fit = study.choose_weight(base, f, truth, keys)
+    assert fit["accuracy_at_0"] == 0.5 and fit["accuracy"] == 1.0 and fit["cross_fitted"] == 1.0
+    assert fit["weight"] == min(w for w in study.WEIGHTS if w * 0.2 > 1.0)   # the first w whose 2w·0.1 beats 1
+    assert fit["grid"]["0.0"] == 0.5
