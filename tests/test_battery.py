@@ -35,6 +35,7 @@ from conftest import tree
 BASE = {
     "tasks generate": ["tasks", "generate", "--out", "g", "--split", "train", "--num", "1"],
     "tasks list": ["tasks", "list", "--tasks", "t"],
+    "tasks layout": ["tasks", "layout", "--tasks", "t", "--out", "l.json"],
     "demos": ["demos", "--tasks", "t", "--out", "d.parquet"],
     "play": ["play", "--game", "g"],
     "sft": ["sft", "--demos", "d", "--out", "o"],
