@@ -37,8 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,7 +63,7 @@ from agentprm.prm.train import train_prm
 from agentprm.rollout.engine import episode_jobs, run_episodes
 from agentprm.rollout.oracle import OracleCritic
 from agentprm.rollout.play import play_tasks
-from agentprm.search.layout import searches, visited
+from agentprm.search.layout import LayoutPrior, searches, visited
 from agentprm.targets.mc import drop_failed_episodes, mc_targets, read_rollout_columns
 from agentprm.train.config import TrainConfig
 
@@ -361,22 +359,13 @@ def search_pairs_ci(pred, base, held: tuple, boot: int = 2000) -> tuple[list[flo
     return np.quantile(a, [0.025, 0.975]).tolist(), np.quantile(a - b, [0.025, 0.975]).tolist()
 
 
-_PLACED = re.compile(r"\(inReceptacle ([A-Za-z]+)_bar_\S+ ([A-Za-z]+)_bar_\S+\)")
-_RECEPTACLE = re.compile(r"^\s+([A-Za-z]+)_bar_\S+ - receptacle$", re.M)
-
-
 def layout_prior(folders: list[Path]) -> dict[tuple[str, str], float]:
     """P(an object of type o starts in a receptacle of type r | the game has both), over games' PDDL problems
-    (`game.tw-pddl`): where things tend to be — what a critic reading a state could at best know of what a search
-    will find (types lower-cased as the game's text names them: "Apple" -> "apple", "SinkBasin" -> "sinkbasin")."""
-    placed, both = Counter(), Counter()
-    for folder in folders:
-        problem = json.loads((folder / "game.tw-pddl").read_text())["pddl_problem"]
-        pairs = {(o.lower(), r.lower()) for o, r in _PLACED.findall(problem)}
-        objects, receptacles = {o for o, _ in pairs}, {r.lower() for r in _RECEPTACLE.findall(problem)}
-        placed.update(pairs)
-        both.update((o, r) for o in objects for r in receptacles)
-    return {k: placed[k] / n for k, n in both.items()}
+    (`game.tw-pddl`; the library's counts, search/layout.py, here unsmoothed): where things tend to be — what a critic
+    reading a state could at best know of what a search will find (types lower-cased as the game's text names them:
+    "Apple" -> "apple", "SinkBasin" -> "sinkbasin")."""
+    counts = LayoutPrior.from_games(folders)
+    return {k: counts.placed.get(k, 0) / n for k, n in counts.both.items()}
 
 
 def layout_scores(prior: dict[tuple[str, str], float], states: list, actions: list[str]) -> list[float]:
@@ -435,12 +424,11 @@ def world_model(stages: StageRunner, out: Path, tasks: list, per_task: int) -> P
                       build)
 
 
-def policy_scores(policy: Path, states: list, actions: list[str]) -> np.ndarray:
-    """log π(a | s) of each (state, command) under a policy folder: its own ranking of the commands, no critic."""
+def policy_scores(agent: LMAgent, states: list, actions: list[str]) -> np.ndarray:
+    """log π(a | s) of each (state, command) under a policy: its own ranking of the commands, no critic."""
     from agentprm.agent.encoding import prompt_ids, reply_ids
     from agentprm.agent.format import format_reply
 
-    agent = LMAgent.load(policy, mode="choose")
     prompts = [prompt_ids(agent.tokenizer, s, agent.prompt_cfg) for s in states]
     scores = agent.backend.score(prompts, [[reply_ids(agent.tokenizer, format_reply(a))] for a in actions])
     return np.array([float(x[0]) for x in scores])
@@ -459,7 +447,7 @@ def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str,
     def build(folder: Path) -> None:
         states, actions, truth = held
         if variant.loss == "order":
-            pred = policy_scores(Path(init), states, actions)
+            pred = policy_scores(LMAgent.load(init, mode="choose"), states, actions)
             metrics = {"final": {"train": {"pairwise_accuracy": None, "pairs": 0}}, "examples": 0, "seconds": 0.0}
             folder.mkdir(parents=True)
         else:

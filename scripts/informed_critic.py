@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,9 @@ from agentprm.prm.metrics import pairwise_accuracy
 from agentprm.search import UniformCritic
 from agentprm.search.layout import LayoutCritic, LayoutPrior
 
+sys.path.insert(0, str(Path(__file__).parent))
+from critic_curve import load_heldout, policy_scores  # noqa: E402  (the study's sibling script)
+
 VARIANT = "cont-plackett-luce-prior-adm"     # the curve's best critic (docs/results.md, session 24)
 TRAIN = "train-240"
 WEIGHTS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 15.0, 30.0, 60.0, 120.0)   # the grid w is chosen from
@@ -64,11 +68,7 @@ class PolicyCritic:
     def logits(self, states, replies):
         import torch
 
-        from agentprm.agent.encoding import prompt_ids, reply_ids
-
-        prompts = [prompt_ids(self.agent.tokenizer, s, self.agent.prompt_cfg) for s in states]
-        scores = self.agent.backend.score(prompts, [[reply_ids(self.agent.tokenizer, r)] for r in replies])
-        return torch.tensor([float(x[0]) for x in scores], dtype=torch.float64)
+        return torch.from_numpy(policy_scores(self.agent, states, list(replies)))
 
     def score(self, states, replies):
         return self.logits(states, replies).sigmoid().float()
@@ -123,11 +123,6 @@ def main() -> None:
     ap.add_argument("--eval-tasks", type=int, default=216)
     ap.add_argument("--workers", type=int, default=None, help="env worker processes (default: CPU count)")
     args = ap.parse_args()
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from critic_curve import load_heldout
-
     args.out.mkdir(parents=True, exist_ok=True)
     with run_lock(args.out):
         stages = StageRunner(args.out, resume=True)
@@ -165,6 +160,9 @@ def main() -> None:
                                         name="pi0")
 
         fits = {"pi0": fitted("pi0", PolicyCritic(DEFAULT_POLICY))}
+        # greedy π0 is deterministic (choose mode, a deterministic engine): one play serves every seed's pairing
+        greedy = play("pi0", 0, lambda: LMAgent.load(DEFAULT_POLICY, mode="choose", name="pi0"))
+        pi0_informed = lambda: LayoutCritic(PolicyCritic(DEFAULT_POLICY), prior, fits["pi0"]["weight"])  # noqa: E731
         rows, comps = {}, []
         states = None
         for seed in args.seeds:
@@ -173,19 +171,16 @@ def main() -> None:
                 raise SystemExit(f"{point}: no critic; run scripts/critic_curve.py --tasks 240 --seeds {seed} "
                                  f"--variants {VARIANT} first")
             fits[f"q_s{seed}"] = fit = fitted(f"q_s{seed}", load_prm(point))
-            w, w0 = fit["weight"], fits["pi0"]["weight"]
-            informed = lambda p=point, w=w: LayoutCritic(load_prm(p), prior, w)  # noqa: E731
-            r = {"pi0": play("pi0", seed, lambda: LMAgent.load(DEFAULT_POLICY, mode="choose", seed=seed, name="pi0")),
+            informed = lambda p=point, w=fit["weight"]: LayoutCritic(load_prm(p), prior, w)  # noqa: E731
+            r = {"pi0": greedy,
                  "BoN-4(pi0, uniform)": play("bon4_uniform", seed, sampler(seed), lambda: UniformCritic(seed), 4),
                  "BoN-4(pi0, Q)": play("bon4_q", seed, sampler(seed), lambda p=point: load_prm(p), 4),
                  "BoN-4(pi0, Q + layout)": play("bon4_q_layout", seed, sampler(seed), informed, 4),
-                 "BoN-4(pi0, log pi0 + layout)": play("bon4_pi0_layout", seed, sampler(seed), lambda w0=w0:
-                                                      LayoutCritic(PolicyCritic(DEFAULT_POLICY), prior, w0), 4),
+                 "BoN-4(pi0, log pi0 + layout)": play("bon4_pi0_layout", seed, sampler(seed), pi0_informed, 4),
                  "top-4(pi0, uniform)": play("top4_uniform", seed, top4, lambda: UniformCritic(seed), 4),
                  "top-4(pi0, Q)": play("top4_q", seed, top4, lambda p=point: load_prm(p), 4),
                  "top-4(pi0, Q + layout)": play("top4_q_layout", seed, top4, informed, 4),
-                 "top-4(pi0, log pi0 + layout)": play("top4_pi0_layout", seed, top4, lambda w0=w0:
-                                                      LayoutCritic(PolicyCritic(DEFAULT_POLICY), prior, w0), 4)}
+                 "top-4(pi0, log pi0 + layout)": play("top4_pi0_layout", seed, top4, pi0_informed, 4)}
             for label, critic in (("pi1 (Q)", lambda p=point: load_prm(p)), ("pi1 (Q + layout)", informed)):
                 stage = f"pi1_{'q_layout' if 'layout' in label else 'q'}_s{seed}"
 

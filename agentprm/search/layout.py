@@ -90,9 +90,14 @@ class LayoutPrior:
     @classmethod
     def from_tasks(cls, tasks: Sequence[TaskSpec]) -> LayoutPrior:
         """Counted from the PDDL problems (`game.tw-pddl`) of ALFWorld tasks — the train split's, never the eval's."""
+        return cls.from_games([Path(t.game) for t in tasks])
+
+    @classmethod
+    def from_games(cls, folders: Sequence[Path]) -> LayoutPrior:
+        """Counted from the PDDL problems of ALFWorld game folders (each with its `game.tw-pddl`)."""
         placed, both = Counter(), Counter()
-        for task in tasks:
-            path = Path(task.game) / "game.tw-pddl"
+        for folder in folders:
+            path = Path(folder) / "game.tw-pddl"
             try:
                 problem = json.loads(path.read_text())["pddl_problem"]
             except (OSError, ValueError, KeyError) as e:
@@ -101,7 +106,7 @@ class LayoutPrior:
             receptacles = {r.lower() for r in _RECEPTACLE.findall(problem)}
             placed.update(pairs)
             both.update((o, r) for o in {o for o, _ in pairs} for r in receptacles)
-        return cls(dict(placed), dict(both), len(tasks))
+        return cls(dict(placed), dict(both), len(folders))
 
     def chance(self, obj: str, receptacle: str) -> float:
         """P(an object of type `obj` starts in a receptacle of type `receptacle`), add-half smoothed."""
