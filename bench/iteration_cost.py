@@ -1,6 +1,8 @@
 """The cost of one AgentPRM iteration per stage, at two or more rollout budgets, and how each stage grows.
 
     python bench/iteration_cost.py --rollouts 240 1440 [--out runs/bench-iteration] [--project 10000]
+    python bench/iteration_cost.py --rollouts 240 10002 --prm-max-steps 1440 --prm-eval-rows 4096 \
+        --out runs/bench-iteration-10k
 
 Each budget n is one `agentprm loop` run of the quickstart's stages (configs/quickstart.yaml: π0 the bundled
 policy, 6 rollouts per train task at T 1, MC targets at γ 0.9, soft-BCE PRM 2 epochs from π0, online DPO 60 steps)
@@ -8,8 +10,11 @@ on n / 6 generated train tasks, with the evaluation cut to 12 greedy games and n
 iteration's cost). Runs are resumable (`--resume` on a rerun) and the budgets run one after the other, never at once.
 Prints each stage's seconds (from the run's `.stages/*.done` markers) per budget, its growth exponent b between the
 smallest and the largest budget (seconds ∝ n^b), and the seconds that exponent projects at `--project` rollouts —
-a projection, printed as such, not a measurement. Game generation is cached across runs (~/.cache/agentprm), so the
-`tasks` stages measure reading the cache, unless the cache lacks the games.
+a projection, printed as such, not a measurement. `--prm-max-steps` caps the PRM's optimiser steps (`prm.max_steps`;
+1,440 ≈ 2 epochs over 1,440 rollouts' targets) and `--prm-eval-rows` the rows its before/after metrics score
+(`prm.eval_rows`): the PRM stage then stops growing with the rollouts but for reading and tokenizing its targets.
+Game generation is cached across runs (~/.cache/agentprm), so the `tasks` stages measure reading the cache, unless
+the cache lacks the games.
 """
 from __future__ import annotations
 
@@ -24,11 +29,14 @@ ITERATION = ("iter_1/rollouts", "iter_1/targets", "iter_1/prm", "iter_1/policy")
 PER_TASK = 6
 
 
-def config(n: int) -> dict:
+def config(n: int, prm_max_steps: int | None = None, prm_eval_rows: int | None = None) -> dict:
     quickstart = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml").read_text())
     quickstart["tasks"] = {"train": n // PER_TASK, "eval": 12}
     quickstart["rollout"]["per_task"] = PER_TASK
     quickstart["eval"].update(beam_width=0, critic_control=False, best_of_n=[])
+    for name, value in (("max_steps", prm_max_steps), ("eval_rows", prm_eval_rows)):
+        if value:
+            quickstart["prm"][name] = value
     return quickstart
 
 
@@ -42,6 +50,9 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, nargs="+", default=[240, 1440])
     ap.add_argument("--out", type=Path, default=Path("runs/bench-iteration"))
     ap.add_argument("--project", type=int, default=10_000, help="rollouts to project each stage's seconds to")
+    ap.add_argument("--prm-max-steps", type=int, default=None, help="cap on the PRM's optimiser steps (prm.max_steps)")
+    ap.add_argument("--prm-eval-rows", type=int, default=None, help="cap on the rows the PRM's metrics score "
+                    "(prm.eval_rows)")
     args = ap.parse_args()
     if any(n % PER_TASK or n <= 0 for n in args.rollouts):
         raise SystemExit(f"--rollouts: each budget must be a positive multiple of {PER_TASK} (rollouts per task)")
@@ -52,7 +63,7 @@ def main() -> None:
         run = args.out / f"n{n}"
         cfg = args.out / f"n{n}.yaml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(yaml.safe_dump(config(n), sort_keys=False))
+        cfg.write_text(yaml.safe_dump(config(n, args.prm_max_steps, args.prm_eval_rows), sort_keys=False))
         if not (run / "results.json").exists():
             run_command("loop", "--config", cfg, "--run-dir", run, *(["--resume"] if run.exists() else []))
         found[n] = stage_seconds(run)

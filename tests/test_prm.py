@@ -3,6 +3,7 @@ the by-task split, training on synthetic targets, and one-line errors for bad ta
 import json
 import math
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -197,6 +198,22 @@ def test_init_from_policy_folder_keeps_backbone_and_prompt(tmp_path):
         ProcessRewardModel.init(tmp_path / "missing")
 
 
+def test_whole_tasks_keeps_a_seeded_set_of_whole_tasks_within_the_limit():
+    from agentprm.prm.train import whole_tasks
+
+    tasks = ["a"] * 3 + ["b"] * 2 + ["c"] * 4 + ["d"]
+    rows = np.arange(len(tasks))
+    assert (whole_tasks(rows, tasks, None, 0) == rows).all() and (whole_tasks(rows, tasks, 10, 0) == rows).all()
+    for seed in range(6):
+        kept = whole_tasks(rows, tasks, 5, seed)
+        names = {tasks[i] for i in kept}
+        assert 0 < len(kept) <= 5 and list(kept) == sorted(kept)
+        assert all(tasks.count(t) == sum(tasks[i] == t for i in kept) for t in names)   # no task cut in two
+        assert (whole_tasks(rows, tasks, 5, seed) == kept).all()
+    assert len({tuple(whole_tasks(rows, tasks, 5, seed)) for seed in range(6)}) > 1       # the seed draws the tasks
+    assert len(whole_tasks(rows, tasks, 1, 0)) >= 1                                       # at least one task
+
+
 def test_split_by_task_has_no_task_in_both_halves():
     tasks = [f"t{i % 7}" for i in range(50)]
     held = split_by_task(tasks, 0.3, seed=0)
@@ -225,6 +242,22 @@ def test_cli_bradley_terry_learns_the_preference(targets_file, tmp_path):
     metrics = json.loads(summary.read_text())
     assert metrics["examples"] == 3 and metrics["final"]["train"]["pairwise_accuracy"] == 1.0
     assert metrics["final"]["heldout"]["pairs"] == 1 and "provenance" in metrics
+
+
+def test_cli_max_steps_stops_the_prm_before_its_epochs_and_the_loop_reads_it(targets_file, tmp_path):
+    summary = tmp_path / "s.json"
+    assert main(["train-prm", "--targets", str(targets_file), "--init", "tiny", "--out", str(tmp_path / "prm"),
+                 "--epochs", "10", "--batch-size", "3", "--max-steps", "4", "--eval-rows", "1",
+                 "--json", str(summary)]) == 0
+    metrics = json.loads(summary.read_text())
+    assert metrics["examples"] > 3 * 4 / 10                                  # 10 epochs would be more than 4 steps
+    assert metrics["history"][-1]["step"] == 4 and metrics["train_config"]["max_steps"] == 4
+    assert 1 <= metrics["evaluated_rows"]["train"] < metrics["examples"]     # one whole task of the train half
+    assert metrics["final"]["train"]["n"] == metrics["evaluated_rows"]["train"]
+    from agentprm.loop.config import load_config
+    config = tmp_path / "loop.yaml"
+    config.write_text("prm: {max_steps: 300}\n")
+    assert load_config(config).prm.train_config(0).max_steps == 300
 
 
 def test_bad_targets_give_one_line_errors(targets_file, tmp_path, capsys):

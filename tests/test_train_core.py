@@ -1,7 +1,8 @@
 """The training core's batching: seeded order, full passes, and length bucketing."""
 from collections import Counter
 
-from agentprm.train.core import BUCKET_BATCHES, batches
+from agentprm.train.config import TrainConfig
+from agentprm.train.core import BUCKET_BATCHES, batches, num_steps
 
 
 def spread(batch):
@@ -25,3 +26,10 @@ def test_length_bucketing_keeps_the_examples_and_groups_similar_lengths():
     assert [min(b) for b in bucketed] != sorted(min(b) for b in bucketed)  # batch order still shuffled
     small = list(range(8 * BUCKET_BATCHES - 1))                          # under one window: plain batches
     assert list(batches(small, 8, 1.0, 0, length=lambda x: x)) == list(batches(small, 8, 1.0, 0))
+
+
+def test_max_steps_caps_the_steps_epochs_give_and_steps_still_override():
+    assert num_steps(100, TrainConfig(epochs=2.0, batch_size=10)) == 20
+    assert num_steps(100, TrainConfig(epochs=2.0, batch_size=10, max_steps=7)) == 7       # capped
+    assert num_steps(100, TrainConfig(epochs=2.0, batch_size=10, max_steps=50)) == 20     # a cap above: as epochs
+    assert num_steps(100, TrainConfig(epochs=2.0, batch_size=10, steps=30, max_steps=7)) == 30

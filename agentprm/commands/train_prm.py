@@ -36,7 +36,7 @@ def run(args) -> int:
     prm = config_from_args(PrmConfig, args, init=args.init)
     cfg = dataclasses.replace(prm.train_config(args.seed), time_budget_s=args.time_budget)
     metrics = train_prm(args.targets, args.init, prm.loss, args.out, cfg, config_from_args(PrmDataConfig, args),
-                        progress=True, lora=prm.lora, prior_weight=prm.prior_weight, inputs=prm.inputs())
+                        progress=True, **prm.options())
     for name, m in metrics["final"].items():
         print(f"{name:8s} n={m['n']:<6d} bce={_fmt(m['bce'])} spearman={_fmt(m['spearman'])} "
               f"pairwise_acc={_fmt(m['pairwise_accuracy'])} ({m['pairs']} pairs)")

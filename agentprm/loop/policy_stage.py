@@ -5,7 +5,6 @@ stages of the run). Used by the algorithms that improve π against a critic (age
 from __future__ import annotations
 
 import json
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +105,7 @@ def hacking_detector(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, 
         member_cfg = p.train_config(seed + 1000 * k)
         member = stages.run(f"iter_{i}/prm_ensemble_{k}", f"iter_{i}/prm_ensemble/{k}",
                             lambda o, m=member_cfg: train_prm(targets, init, p.loss, o, m, progress=progress,
-                                                              lora=p.lora, prior_weight=p.prior_weight,
-                                                              inputs=p.inputs()))
+                                                              **p.options()))
         ensemble.append(ProcessRewardModel.load(member))
     probe = None
     if h.probe_episodes > 0:

@@ -17,6 +17,12 @@ class PrmConfig:
     loss: str = "soft-bce"          # soft-bce | bradley-terry | pqm | any registered PRM loss (prm/losses.py)
     init: str = "policy"            # "policy" = π_{i-1}'s weights, or a preset name / model folder
     epochs: float = 2.0
+    max_steps: int | None = None    # at most this many optimiser steps (None = as epochs give): holds the PRM stage's
+                                    # cost when rollouts grow (bench/iteration_cost.py at 10k); each example is then
+                                    # seen fewer than `epochs` times
+    eval_rows: int | None = None    # score each half (train, held-out) before and after training on at most this many
+                                    # target rows, whole tasks drawn by the seed (None = all): with max_steps, a cost
+                                    # that stays flat however many rollouts there are
     lr: float = 5e-4                # peak learning rate
     batch_size: int = 16
     grad_accum: int = 1             # micro-batches per step: the same training in less memory (train/core.py)
@@ -34,7 +40,12 @@ class PrmConfig:
 
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, batch_size=self.batch_size, grad_accum=self.grad_accum,
-                           seed=seed)
+                           max_steps=self.max_steps, seed=seed)
+
+    def options(self) -> dict:
+        """train_prm's keyword arguments set here (the loop's Q_i, the hacking detector's ensemble, `train-prm`)."""
+        return {"lora": self.lora, "prior_weight": self.prior_weight, "inputs": self.inputs(),
+                "eval_rows": self.eval_rows}
 
 
 @dataclass

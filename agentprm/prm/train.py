@@ -51,6 +51,24 @@ def split_by_task(task_ids: Sequence[str], heldout_frac: float, seed: int) -> np
     return np.array([t in held for t in task_ids], dtype=bool)
 
 
+def whole_tasks(rows: np.ndarray, tasks: Sequence[str], limit: int | None, seed: int) -> np.ndarray:
+    """`rows` (sorted), or those of a seeded order of their tasks, task by task while they fit in `limit` rows (at
+    least one task): a bounded sample that keeps every state's alternatives together."""
+    if limit is None or len(rows) <= limit:
+        return rows
+    order = sorted({tasks[i] for i in rows})
+    random.Random(seed).shuffle(order)
+    by_task: dict[str, list[int]] = {}
+    for i in rows:
+        by_task.setdefault(tasks[i], []).append(int(i))
+    kept: list[int] = []
+    for task in order:
+        if kept and len(kept) + len(by_task[task]) > limit:
+            continue
+        kept += by_task[task]
+    return np.array(sorted(kept), dtype=rows.dtype)
+
+
 def evaluate(prm: ProcessRewardModel, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
              q: Sequence[float], state_keys: Sequence[str], delta: float, batch_size: int,
              offsets: torch.Tensor | None = None) -> dict[str, Any]:
@@ -115,14 +133,16 @@ LENGTHS: dict[str, Callable[[Any], int]] = {   # an example's tokens, for length
 def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: str | Path,
               cfg: TrainConfig | None = None, data: PrmDataConfig | None = None,
               progress: bool = False, lora: LoraConfig | None = None, prior_weight: float = 0.0,
-              inputs: dict[str, Any] | None = None, prior_policy: str | Path | None = None) -> dict[str, Any]:
+              inputs: dict[str, Any] | None = None, prior_policy: str | Path | None = None,
+              eval_rows: int | None = None) -> dict[str, Any]:
     """Train, evaluate, save the PRM to `out_dir` atomically; returns the metrics (also stored in agentprm.json).
     With `lora` (r > 0) only adapters on `init`'s backbone and the scalar head are trained (models/lora.py). With
     `prior_weight` w > 0 the PRM's logit is f_φ + w · log π_init(a | s), π_init frozen (prm/model.py): the head fits
     a residual on the policy's own ranking. `inputs` (PromptConfig fields, `PrmConfig.inputs()`) changes what the PRM
     reads of a state — more history, the admissible commands — from its init's prompt; the prior keeps its own.
     `prior_policy`: the policy folder whose log π is the prior, where it is not `init` (a PRM initialised from
-    another model with the same tokenizer)."""
+    another model with the same tokenizer). `eval_rows`: the metrics of each half, before and after training, on at
+    most this many rows (whole tasks, `evaluated_rows`), not all of them."""
     cfg, data, start = cfg or TrainConfig(), data or PrmDataConfig(), time.monotonic()
     prm_loss = get_prm_loss(loss)
     if not 0.0 <= data.heldout_frac < 1.0:
@@ -187,10 +207,12 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                         f"{loss!r}: no two actions at a training state have "
                         f"Q-targets more than delta={data.delta} apart")
 
+    scored = {name: whole_tasks(rows, tasks, eval_rows, cfg.seed) for name, rows in halves.items()}
+
     def evaluate_all() -> dict[str, Any]:
         return {name: evaluate(prm, [prompts[keys[i]] for i in rows], [replies[i] for i in rows], [q[i] for i in rows],
                                [keys[i] for i in rows], data.delta, data.eval_batch_size,
-                               offsets[torch.as_tensor(rows)]) for name, rows in halves.items() if len(rows)}
+                               offsets[torch.as_tensor(rows)]) for name, rows in scored.items() if len(rows)}
 
     initial = evaluate_all()
     history = train(prm, examples, make_loss_fn(prm_loss, data.delta), cfg, description=f"PRM {loss}",
@@ -199,6 +221,7 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                targets.info.get("rollouts"), "gamma": targets.info.get("gamma"), "examples": len(examples),
                "tasks": {name: len({tasks[i] for i in rows}) for name, rows in halves.items()}, "prior_weight": prior_weight,
                "initial": initial, "final": evaluate_all(), "history": history,
+               "evaluated_rows": {name: len(rows) for name, rows in scored.items()},
                "train_config": cfg.to_dict(), "data_config": asdict(data)}
     if lora and lora.r:
         from agentprm.models.lora import trainable

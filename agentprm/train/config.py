@@ -13,6 +13,7 @@ class TrainConfig:
     lr: float = 1e-3            # peak learning rate
     epochs: float = 1.0         # passes over the examples (fractional allowed)
     steps: int = 0              # optimiser steps instead of epochs (0 = from epochs)
+    max_steps: int | None = None   # at most this many steps from epochs (None = no cap): big data, bounded cost
     batch_size: int = 16        # the global batch: over all processes and micro-batches
     grad_accum: int = 1         # micro-batches per optimiser step (gradient accumulation; same result, less memory)
     warmup_frac: float = 0.05   # share of steps with linear warm-up

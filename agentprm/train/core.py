@@ -71,8 +71,9 @@ def batches(examples: Sequence, batch_size: int, epochs: float, seed: int,
 
 
 def num_steps(n_examples: int, cfg: TrainConfig) -> int:
-    """`cfg.steps`, or as many as `cfg.epochs` passes over the examples take."""
-    return cfg.steps or max(1, math.ceil(n_examples * cfg.epochs / cfg.batch_size))
+    """`cfg.steps`, or as many as `cfg.epochs` passes over the examples take, at most `cfg.max_steps`."""
+    by_epochs = max(1, math.ceil(n_examples * cfg.epochs / cfg.batch_size))
+    return cfg.steps or min(by_epochs, cfg.max_steps or by_epochs)
 
 
 def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: TrainConfig,
@@ -113,7 +114,7 @@ def train(model: torch.nn.Module, examples: Sequence, loss_fn: Callable, cfg: Tr
     if resumed:
         history, window = resumed["history"], resumed["window"]
     with progress_bar(steps, description, progress and is_main()) as bar:
-        passes = steps * cfg.batch_size / max(1, len(examples))   # = cfg.epochs unless steps are given
+        passes = steps * cfg.batch_size / max(1, len(examples))   # = cfg.epochs unless steps are given or capped
         for step, batch in zip(range(1, steps + 1), batches(examples, cfg.batch_size, passes, cfg.seed, length)):
             if resumed and (step <= done or resumed["finished"]):   # the same batches, already trained on
                 bar.advance()

@@ -63,8 +63,7 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     targets_path = loop.stages.run(f"{it}/targets", f"{it}/targets.parquet", targets)
     init = prev if c.prm.init == "policy" else c.prm.init
     prm = loop.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
-        targets_path, init, c.prm.loss, out, c.prm.train_config(seed), progress=loop.progress, lora=c.prm.lora,
-        prior_weight=c.prm.prior_weight, inputs=c.prm.inputs()))
+        targets_path, init, c.prm.loss, out, c.prm.train_config(seed), progress=loop.progress, **c.prm.options()))
     policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
         PolicyStage.of(c), loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
     loop.evaluate_iteration(i, policy, prm, eval_tasks)
