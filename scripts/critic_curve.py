@@ -31,6 +31,8 @@ saw, as a function of distinct train tasks (and so rollouts), the PRM's objectiv
 
 Every stage is resumable (StageRunner under --out): a rerun with a larger --tasks list plays only the new games'
 rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
+`--score PRM [PRM ...]` scores PRMs trained elsewhere on the same held-out states (e.g. bench/iteration_cost.py's
+10k-rollout Q1) and prints their row beside π0's own order, paired, training nothing.
 """
 from __future__ import annotations
 
@@ -653,6 +655,23 @@ def report(out: Path, held: tuple) -> None:
     fig.savefig(out / "curve.png", dpi=120)
 
 
+def score_folders(folders: list[Path], held: tuple) -> None:
+    """PRMs trained elsewhere (a loop's iter_1/prm, bench/iteration_cost.py's 10k-rollout one) on the held-out
+    states, beside π0's own order of the same commands, paired on the same states."""
+    states, actions, truth = held
+    keys = [s.key() for s in states]
+    order = {**ranking(policy_scores(LMAgent.load(DEFAULT_POLICY, mode="choose"), states, actions), truth, keys),
+             "seed": 0}
+    print("| critic | held-out same-state pairwise acc. | 95% CI | Δ vs π0's own order | paired 95% CI |")
+    print("|---|---|---|---|---|")
+    print(f"| π0's own order (no PRM) | {order['pairwise_accuracy']:.3f} | [{order['ci95'][0]:.3f}, "
+          f"{order['ci95'][1]:.3f}] | | |")
+    for folder in folders:
+        found = {**ranking(load_prm(folder).score(states, actions).numpy(), truth, keys), "seed": 0}
+        acc, ci, (delta, lo, hi) = pooled([found], [order])
+        print(f"| {folder} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {delta:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -668,7 +687,11 @@ def main() -> None:
                     help="the *-tiny / *-small variants' backbones: SFT on the first GAMES train games' demos for "
                          f"STEPS steps (default {BACKBONE[0]} {BACKBONE[1]})")
     ap.add_argument("--report-only", action="store_true", help="write the tables and plot of the points done")
+    ap.add_argument("--score", type=Path, nargs="+", metavar="PRM", help="score these PRM folders on the held-out "
+                    "states of --out (beside π0's own order, paired) and train nothing")
     args = ap.parse_args()
+    if args.score:
+        return score_folders(args.score, load_heldout(args.out / "heldout"))
     if args.report_only:
         return report(args.out, load_heldout(args.out / "heldout"))
     args.out.mkdir(parents=True, exist_ok=True)

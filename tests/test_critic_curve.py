@@ -72,6 +72,18 @@ def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
         (3, 6), (3, 9), (6, 12)]
     assert 0.0 <= curve["pi0_order"]["pairwise_accuracy"] <= 1.0 and "π0's own order" in (out / "curve.md").read_text()
 
+    # --score: a PRM trained elsewhere on the same held-out states, beside π0's order; here a point's own PRM, whose
+    # row must be the point's accuracy
+    prm = out / "points" / "soft-bce" / "n6_k2" / "s0" / "prm"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--score", str(prm)], capture_output=True,
+                          text=True, timeout=300, env=os.environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1] for line in done.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| critic")}
+    point = next(p for p in curve["points"] if (p["tasks"], p["rollouts"], p["seed"]) == (6, 12, 0))
+    assert float(rows[str(prm)]) == pytest.approx(point["pairwise_accuracy"], abs=5e-4)
+    assert float(rows["π0's own order (no PRM)"]) == pytest.approx(curve["pi0_order"]["pairwise_accuracy"], abs=5e-4)
+
 
 @pytest.mark.slow
 def test_continuation_labels_nest_per_game_and_train_a_prm_with_a_prior(tmp_path):
