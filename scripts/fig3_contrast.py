@@ -37,14 +37,17 @@ def pi1_vs_pi0(sweep: dict, variant: str) -> dict | None:
     return next((c for c in sweep["comparisons"] if c["a"] == f"{variant}: pi1" and c["b"] == f"{variant}: pi0"), None)
 
 
+FLAT = 0.005   # a PRM score that moved less than this (half a point of Q) is read as flat
+
+
 def verdict(rise: float, comp: dict | None) -> str:
-    """The figure's reading: the PRM score rose while eval success fell (resolved), or not."""
+    """The figure's reading: the PRM score up, flat or down (by FLAT) beside eval success up, flat or down (the
+    paired difference resolved or not); "hacked" when the score rose while success fell."""
     if comp is None:
         return "no paired eval"
-    falls, rises = resolved(comp) and comp["delta"] < 0, resolved(comp) and comp["delta"] > 0
-    if rise > 0 and falls:
-        return "hacked: PRM up, success down"
-    return "PRM up, success up" if rise > 0 and rises else ("PRM down" if rise <= 0 else "PRM up, success flat")
+    prm = "PRM up" if rise > FLAT else "PRM down" if rise < -FLAT else "PRM flat"
+    success = ("success down" if comp["delta"] < 0 else "success up") if resolved(comp) else "success flat"
+    return f"{'hacked: ' if (prm, success) == ('PRM up', 'success down') else ''}{prm}, {success}"
 
 
 def plot(runs: dict[str, dict[int, tuple[list[dict], int | None]]], path: Path) -> None:

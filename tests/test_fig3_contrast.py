@@ -44,6 +44,9 @@ def test_fig3_reads_checks_and_says_which_budget_was_hacked(tmp_path):
 
 def test_fig3_verdict_needs_a_resolved_difference():
     flat = _comparison("low", -0.05, -0.12, 0.02)
+    down = _comparison("low", -0.4, -0.5, -0.3)
     assert fig3.verdict(0.1, flat) == "PRM up, success flat"
-    assert fig3.verdict(-0.01, flat) == "PRM down"
+    assert fig3.verdict(-0.01, flat) == "PRM down, success flat"
+    assert fig3.verdict(0.0004, down) == "PRM flat, success down"            # the update broke π, Q did not move
+    assert fig3.verdict(0.012, down) == "hacked: PRM up, success down"
     assert fig3.verdict(0.1, None) == "no paired eval"
