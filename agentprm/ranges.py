@@ -40,8 +40,8 @@ PROBABILITY_MASS = Range(0, 1, low_open=True)   # a nucleus holds some mass
 _BY_NAME = {
     AT_LEAST_1: ("iterations", "train", "eval", "steps", "batch_size", "batch_groups", "grad_accum", "per_task",
                  "max_steps", "eval_rows", "num_envs", "workers", "branch_probe", "continuation_states",
-                 "continuation_candidates", "samples_per_state", "search_width", "search_expand", "search_per_task", "episodes_per_task",
-                 "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size", "concurrency",
+                 "continuation_candidates", "samples_per_state", "search_width", "search_expand", "search_per_task",
+                 "episodes_per_task", "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size", "concurrency",
                  "replicas", "best_of", "num", "max_model_len", "max_new_tokens", "report_every", "min_steps", "digits",
                  "per_problem", "prompts", "group", "ppo_epochs", "samples", "k", "beam"),
     PORT: ("port",),
