@@ -3,10 +3,12 @@
     python bench/iteration_cost.py --rollouts 240 1440 [--out runs/bench-iteration] [--project 10000]
     python bench/iteration_cost.py --rollouts 240 10002 --prm-max-steps 1440 --prm-eval-rows 4096 \
         --out runs/bench-iteration-10k
+    python bench/iteration_cost.py --rollouts 30000 --per-task 10 --prm-max-steps 6000 --prm-eval-rows 4096 \
+        --out runs/bench-iteration-30k
 
 Each budget n is one `agentprm loop` run of the quickstart's stages (configs/quickstart.yaml: π0 the bundled
 policy, 6 rollouts per train task at T 1, MC targets at γ 0.9, soft-BCE PRM 2 epochs from π0, online DPO 60 steps)
-on n / 6 generated train tasks, with the evaluation cut to 12 greedy games and no search (it is not part of an
+on n / 6 generated train tasks (n / `--per-task` with that flag: 3,000 tasks × 10 rollouts for 30k), with the evaluation cut to 12 greedy games and no search (it is not part of an
 iteration's cost). Runs are resumable (`--resume` on a rerun) and the budgets run one after the other, never at once.
 Prints each stage's seconds (from the run's `.stages/*.done` markers) per budget, its growth exponent b between the
 smallest and the largest budget (seconds ∝ n^b), and the seconds that exponent projects at `--project` rollouts —
@@ -29,10 +31,11 @@ ITERATION = ("iter_1/rollouts", "iter_1/targets", "iter_1/prm", "iter_1/policy")
 PER_TASK = 6
 
 
-def config(n: int, prm_max_steps: int | None = None, prm_eval_rows: int | None = None) -> dict:
+def config(n: int, prm_max_steps: int | None = None, prm_eval_rows: int | None = None,
+           per_task: int = PER_TASK) -> dict:
     quickstart = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml").read_text())
-    quickstart["tasks"] = {"train": n // PER_TASK, "eval": 12}
-    quickstart["rollout"]["per_task"] = PER_TASK
+    quickstart["tasks"] = {"train": n // per_task, "eval": 12}
+    quickstart["rollout"]["per_task"] = per_task
     quickstart["eval"].update(beam_width=0, critic_control=False, best_of_n=[])
     for name, value in (("max_steps", prm_max_steps), ("eval_rows", prm_eval_rows)):
         if value:
@@ -50,12 +53,16 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, nargs="+", default=[240, 1440])
     ap.add_argument("--out", type=Path, default=Path("runs/bench-iteration"))
     ap.add_argument("--project", type=int, default=10_000, help="rollouts to project each stage's seconds to")
+    ap.add_argument("--per-task", type=int, default=PER_TASK, help="rollouts per train task (rollout.per_task); "
+                    "each budget is that many rollouts on budget / per-task tasks")
     ap.add_argument("--prm-max-steps", type=int, default=None, help="cap on the PRM's optimiser steps (prm.max_steps)")
     ap.add_argument("--prm-eval-rows", type=int, default=None, help="cap on the rows the PRM's metrics score "
                     "(prm.eval_rows)")
     args = ap.parse_args()
-    if any(n % PER_TASK or n <= 0 for n in args.rollouts):
-        raise SystemExit(f"--rollouts: each budget must be a positive multiple of {PER_TASK} (rollouts per task)")
+    if args.per_task < 1:
+        raise SystemExit(f"--per-task {args.per_task}: must be at least 1")
+    if any(n % args.per_task or n <= 0 for n in args.rollouts):
+        raise SystemExit(f"--rollouts: each budget must be a positive multiple of --per-task ({args.per_task})")
     from agentprm.cli import run_command
 
     found = {}
@@ -63,7 +70,7 @@ def main() -> None:
         run = args.out / f"n{n}"
         cfg = args.out / f"n{n}.yaml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(yaml.safe_dump(config(n, args.prm_max_steps, args.prm_eval_rows), sort_keys=False))
+        cfg.write_text(yaml.safe_dump(config(n, args.prm_max_steps, args.prm_eval_rows, args.per_task), sort_keys=False))
         if not (run / "results.json").exists():
             run_command("loop", "--config", cfg, "--run-dir", run, *(["--resume"] if run.exists() else []))
         found[n] = stage_seconds(run)
