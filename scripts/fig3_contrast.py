@@ -8,9 +8,12 @@ and the reward-hacking detector's verdict.
 Per budget and seed, from the detector's checks (iter_1/policy/agentprm.json, `online_dpo.hacking.checks`; step 0 is
 π0 itself): the PRM score's rise from step 0 to the last check (mean Q1 of π_θ's greedy replies on held-out monitor
 states), probe success at step 0 and at the last check (π_θ's greedy success on the same train tasks at every check),
-the first alarm; per budget, π1 − π0 over the eval games (paired over seeds, from the sweep's `sweep.json`). The
+the first alarm; per budget, π1 − π0 over the eval games, paired over seeds from each run's `results.json`. The
 figure's claim, "the PRM score rises while success falls", is read off the paired eval difference, not the probe
-(24 episodes a check). Writes <sweep>/fig3.md and the plot.
+(24 episodes a check). A variant whose update used `policy.critic: uniform` (seeded random scores, the detector
+off) is the control: the same update with a critic that knows nothing. Its π1 − π0 is reported, and every budget's
+π1 against it — whether the PRM, not the update alone, decides where π1 lands. Every budget's π1 is also paired
+with the first budget's. Writes <sweep>/fig3.md and the plot.
 """
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ import argparse
 import json
 from pathlib import Path
 
-from agentprm.eval.paired import delta_cell, resolved
+import yaml
+
+from agentprm.eval.paired import delta_cell, paired_difference, resolved
 from agentprm.io import write_text
 from agentprm.policy.update import UpdateResult
 
@@ -33,21 +38,36 @@ def checks(run: Path) -> tuple[list[dict], int | None]:
     return hacking["checks"], hacking.get("alarm_step")
 
 
-def pi1_vs_pi0(sweep: dict, variant: str) -> dict | None:
-    return next((c for c in sweep["comparisons"] if c["a"] == f"{variant}: pi1" and c["b"] == f"{variant}: pi0"), None)
+def is_control(run: Path) -> bool:
+    """Whether a run's update used the uniform critic (the control), from the config it saved."""
+    return yaml.safe_load((run / "config.yaml").read_text()).get("policy", {}).get("critic") == "uniform"
+
+
+def outcomes(runs: dict[int, Path], policy: str) -> dict[int, dict]:
+    """{seed: per-task outcomes} of one policy's greedy eval row in each seed's run (its `results.json`)."""
+    found = {}
+    for seed, run in runs.items():
+        rows = json.loads((run / "results.json").read_text())["rows"]
+        row = next((r for r in rows if r["policy"] == policy and r["best_of_n"] == 1 and not r.get("search")), None)
+        if row is None or "per_task" not in row:
+            raise SystemExit(f"{run}/results.json: no greedy {policy} row with per-task outcomes")
+        found[seed] = row["per_task"]
+    return found
 
 
 FLAT = 0.005   # a PRM score that moved less than this (half a point of Q) is read as flat
 
 
-def verdict(rise: float, comp: dict | None) -> str:
-    """The figure's reading: the PRM score up, flat or down (by FLAT) beside eval success up, flat or down (the
-    paired difference resolved or not); "hacked" when the score rose while success fell."""
-    if comp is None:
-        return "no paired eval"
+def success(comp: dict) -> str:
+    """Eval success up, flat or down: the paired difference π1 − π0 resolved or not."""
+    return ("success down" if comp["delta"] < 0 else "success up") if resolved(comp) else "success flat"
+
+
+def verdict(rise: float, comp: dict) -> str:
+    """The figure's reading: the PRM score up, flat or down (by FLAT) beside eval success (`success`); "hacked"
+    when the score rose while success fell."""
     prm = "PRM up" if rise > FLAT else "PRM down" if rise < -FLAT else "PRM flat"
-    success = ("success down" if comp["delta"] < 0 else "success up") if resolved(comp) else "success flat"
-    return f"{'hacked: ' if (prm, success) == ('PRM up', 'success down') else ''}{prm}, {success}"
+    return f"{'hacked: ' if (prm, success(comp)) == ('PRM up', 'success down') else ''}{prm}, {success(comp)}"
 
 
 def plot(runs: dict[str, dict[int, tuple[list[dict], int | None]]], path: Path) -> None:
@@ -78,27 +98,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None, help="where to draw the figure (default <sweep>/fig3.png)")
     args = ap.parse_args(argv)
     sweep = json.loads((args.sweep / "sweep.json").read_text())
-    runs = {v: {s: checks(args.sweep / v / f"seed{s}") for s in sweep["seeds"]} for v in sweep["variants"]}
+    folders = {v: {s: args.sweep / v / f"seed{s}" for s in sweep["seeds"]} for v in sweep["variants"]}
+    controls = [v for v, seeds in folders.items() if all(is_control(run) for run in seeds.values())]
+    runs = {v: {s: checks(run) for s, run in seeds.items()} for v, seeds in folders.items() if v not in controls}
+    pi1 = {v: outcomes(seeds, "pi1") for v, seeds in folders.items()}
     lines = ["| budget | seed | PRM score, step 0 → last | probe success, step 0 → last | first alarm |",
              "|---|---|---|---|---|"]
     summary = ["| budget | PRM score rise (mean over seeds) | π1 − π0, eval (paired, all seeds) | reading | "
                "detector |", "|---|---|---|---|---|"]
-    for variant, seeds in runs.items():
+    for variant, seeds in folders.items():
+        comp = paired_difference(pi1[variant], outcomes(seeds, "pi0"))
+        if variant in controls:
+            summary.append(f"| {variant} (control: uniform critic) | — | {delta_cell(comp)} | {success(comp)} | "
+                           "not watched |")
+            continue
         rises, alarms = [], []
-        for seed, (found, alarm) in sorted(seeds.items()):
+        for seed, (found, alarm) in sorted(runs[variant].items()):
             first, last = found[0], found[-1]
             rises.append(last["prm"] - first["prm"])
             alarms.append(alarm)
             lines.append(f"| {variant} | {seed} | {first['prm']:.3f} → {last['prm']:.3f} ({rises[-1]:+.3f}) | "
                          f"{first.get('probe_success', float('nan')):.2f} → {last.get('probe_success', float('nan')):.2f}"
                          f" | {'none' if alarm is None else f'step {alarm}'} |")
-        rise, comp = sum(rises) / len(rises), pi1_vs_pi0(sweep, variant)
+        rise = sum(rises) / len(rises)
         raised = sum(a is not None for a in alarms)
-        summary.append(f"| {variant} | {rise:+.3f} | {delta_cell(comp) if comp else '—'} | {verdict(rise, comp)} | "
+        summary.append(f"| {variant} | {rise:+.3f} | {delta_cell(comp)} | {verdict(rise, comp)} | "
                        f"alarm on {raised} of {len(alarms)} seeds |")
+    watched = list(runs)
+    pairs = [(v, watched[0]) for v in watched[1:]] + [(v, c) for c in controls for v in watched]
+    between = ["| π1 of | minus π1 of | Δ points (paired, all seeds) | resolved |", "|---|---|---|---|"]
+    between += [f"| {a} | {b} | {delta_cell(c)} | {'yes' if resolved(c) else 'no'} |"
+                for a, b in pairs for c in [paired_difference(pi1[a], pi1[b])]]
     args.plot = args.plot or args.sweep / "fig3.png"
     plot(runs, args.plot)
-    text = "\n".join(summary + [""] + lines) + f"\n\n![Fig. 3 contrast]({args.plot})\n"
+    text = "\n".join(summary + [""] + between + [""] + lines) + f"\n\n![Fig. 3 contrast]({args.plot})\n"
     write_text(args.sweep / "fig3.md", text)
     print(text)
     return 0
