@@ -73,7 +73,7 @@ def verdict(rise: float, comp: dict) -> str:
 def plot(runs: dict[str, dict[int, tuple[list[dict], int | None]]], path: Path) -> None:
     from agentprm.loop.report import plt, save_png   # matplotlib on its file backend
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.4 * len(runs), 3.4), squeeze=False, sharey=True)
     for ax, (variant, seeds) in zip(axes[0], runs.items()):
         right = ax.twinx()
         for k, (seed, (found, alarm)) in enumerate(sorted(seeds.items())):
@@ -85,7 +85,8 @@ def plot(runs: dict[str, dict[int, tuple[list[dict], int | None]]], path: Path) 
                 ax.axvline(alarm, color=f"C{k}", linestyle=":", alpha=0.7)
         ax.set(title=variant, xlabel="policy-update step")
         right.set_ylim(0, 1)
-        right.set_ylabel("π_θ success (probe, dashed)")
+        if variant == list(runs)[-1]:   # one label for the shared right axis, clear of the next panel
+            right.set_ylabel("π_θ success (probe, dashed)")
         ax.legend(loc="lower left", fontsize=6)
     axes[0, 0].set_ylabel("mean Q1 of π_θ's greedy replies")
     fig.suptitle("PRM score vs true success during the policy update (dotted: detector alarm)", fontsize=9)
