@@ -418,6 +418,42 @@ def test_one_writer_per_run_folder(tmp_path):
     assert not lock.exists()
 
 
+def test_a_resumed_stage_reports_the_seconds_of_the_attempts_it_continues(tmp_path):
+    """A stage killed after writing shards and resumed with them (keep_partial) reports the first attempt's span —
+    its start to its newest shard — plus its own; a stage that starts over reports only its own."""
+    import os
+
+    from agentprm.loop.stages import StageRunner
+
+    run = tmp_path / "run"
+
+    def killed(out: Path, stage: str = "iter_1/rollouts") -> None:
+        out.mkdir()
+        (out / "part-00000.parquet").write_text("shard")
+        begun = json.loads(StageRunner(run, resume=True).started(stage).read_text())["started_at"]
+        os.utime(out / "part-00000.parquet", (begun + 50, begun + 50))   # as if the attempt ran 50 s
+        raise KeyboardInterrupt
+
+    def resumed(out: Path) -> None:
+        assert (out / "part-00000.parquet").exists()
+        (out / "part-00001.parquet").write_text("shard")
+
+    with pytest.raises(KeyboardInterrupt):
+        StageRunner(run, resume=False).run("iter_1/rollouts", "iter_1/rollouts", killed, keep_partial=True)
+    runner = StageRunner(run, resume=True)
+    runner.run("iter_1/rollouts", "iter_1/rollouts", resumed, keep_partial=True)
+    marker = json.loads(runner.marker("iter_1/rollouts").read_text())
+    assert marker["carried_seconds"] == pytest.approx(50, abs=0.5)
+    assert 50 <= marker["seconds"] < 60 and runner.timings["iter_1/rollouts"] == marker["seconds"]
+
+    with pytest.raises(KeyboardInterrupt):   # the same kill, but the stage cannot continue: nothing carried
+        StageRunner(run, resume=True).run("iter_1/targets", "iter_1/targets.parquet",
+                                          lambda out: killed(out, "iter_1/targets"))
+    StageRunner(run, resume=True).run("iter_1/targets", "iter_1/targets.parquet", lambda out: out.write_text("t"))
+    marker = json.loads(runner.marker("iter_1/targets").read_text())
+    assert "carried_seconds" not in marker and marker["seconds"] < 5
+
+
 def test_a_rerun_stage_removes_the_temp_copies_a_kill_left(tmp_path):
     """A kill inside an atomic write (e.g. saving a policy into iter_1/policy.partial) leaves hidden temp copies
     beside the stage output; the rerun removes them (issue 17), and nothing else in the folder."""

@@ -1,7 +1,8 @@
 """Resumable stages. A stage writes its output to `<stem>.partial<suffix>` and renames it into place; only then is its
 completion marker written. After a kill -9 at any moment, `--resume` skips every marked stage, deletes the
 partial output of the interrupted one and runs it again from scratch (stages are seeded, so the redo gives the
-same result): no rollout is lost, none is counted twice."""
+same result): no rollout is lost, none is counted twice. A stage that continues what an interrupted attempt kept
+(the rollout shards, a training's checkpoints) reports the seconds of its earlier attempts too (`carried_seconds`)."""
 from __future__ import annotations
 
 import json
@@ -69,6 +70,9 @@ class StageRunner:
             raise UserError(f"{stale[0]}: in the run folder where stage {name!r} writes, but agentprm did not write "
                             "it; move it out of the run folder, then resume")
         keep = keep_partial and self.started(name).exists() and partial.is_dir() and not partial.is_symlink()
+        tracker, training = active(), self.marker(name).with_suffix(".training")
+        kept = [path for path, held in ((partial, keep), (training, training.is_dir())) if held]
+        carried = carried_seconds(self.started(name), kept) if kept else 0.0
         for path in stale:
             if keep and path == partial:
                 continue
@@ -76,11 +80,11 @@ class StageRunner:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-        write_json(self.started(name), {"stage": name, "output": output})
+        write_json(self.started(name), {"stage": name, "output": output, "started_at": time.time(),
+                                        "carried_seconds": carried})
         partial.parent.mkdir(parents=True, exist_ok=True)
         source = self._reusable(name)
-        start, extra = time.monotonic(), {}
-        tracker, training = active(), self.marker(name).with_suffix(".training")
+        start, extra = time.monotonic(), {"carried_seconds": carried} if carried else {}
         if source is None:
             with tracker.scoped(name) if tracker else nullcontext(), resumable(training, self.checkpoint_every_s):
                 build(partial)   # a training inside logs under the stage, and keeps its checkpoints in `training`
@@ -90,7 +94,7 @@ class StageRunner:
             copy(other / output, partial)
             extra = {"reused_from": str(other)}
         partial.rename(final)
-        self.timings[name] = round(time.monotonic() - start, 2)
+        self.timings[name] = round(carried + time.monotonic() - start, 2)
         if source is not None:   # charge the stage's own cost: equal budgets stay comparable
             self.timings[name] = json.loads(source.read_text())["seconds"]
         write_json(self.marker(name), {"stage": name, "output": output, "seconds": self.timings[name], **extra})
@@ -106,6 +110,19 @@ class StageRunner:
             return None
         source = self.reuse[0] / MARKERS / self.marker(name).name
         return source if source.exists() else None
+
+
+def carried_seconds(started: Path, kept: list[Path]) -> float:
+    """The seconds earlier attempts of a stage spent on the work a resumed attempt continues (the shards of its
+    partial output, a training's checkpoints: `kept`), so a stage killed and resumed reports its whole cost, not its
+    last attempt's: the last attempt's span from its start to the newest file it left in `kept`, added to what that
+    attempt carried. A marker written before this record (no `started_at`) carries 0."""
+    record = json.loads(started.read_text())
+    begun = record.get("started_at")
+    if begun is None:
+        return 0.0
+    newest = max((p.stat().st_mtime for root in kept for p in root.rglob("*") if p.is_file()), default=begun)
+    return float(record.get("carried_seconds", 0.0)) + max(0.0, newest - begun)
 
 
 def generated_train_split(stages: StageRunner, name: str, env: str, num: int, seed: int, types=None,
