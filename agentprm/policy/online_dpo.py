@@ -35,6 +35,23 @@ def dpo_loss(pi_w: torch.Tensor, pi_l: torch.Tensor, ref_w: torch.Tensor, ref_l:
     return -F.logsigmoid(beta * ((pi_w - ref_w) - (pi_l - ref_l)))
 
 
+def preference_pairs(prm: Critic, states: Sequence, samples: Sequence[Sequence[str]],
+                     min_margin: float) -> tuple[list[tuple[int, str, str]], list[float], torch.Tensor]:
+    """The update's DPO pairs: per state, its distinct sampled replies scored by the critic, the best y_w and the
+    worst y_l — a pair (state index, y_w, y_l) where they differ by more than `min_margin`. Returns the pairs,
+    their margins and every score."""
+    flat = [(i, r) for i, replies in enumerate(samples) for r in dict.fromkeys(replies)]
+    q = prm.score([states[i] for i, _ in flat], [r for _, r in flat]).float()
+    pairs, margins = [], []
+    for i in range(len(states)):
+        idx = [k for k, (j, _) in enumerate(flat) if j == i]
+        best, worst = max(idx, key=lambda k: q[k]), min(idx, key=lambda k: q[k])
+        if q[best] - q[worst] > min_margin:
+            pairs.append((i, flat[best][1], flat[worst][1]))
+            margins.append(float(q[best] - q[worst]))
+    return pairs, margins, q
+
+
 class OnlineDPOLoss:
     """`loss_fn(model, states)` for the training core: sample, rank by the PRM, DPO against the frozen reference."""
 
@@ -45,15 +62,7 @@ class OnlineDPOLoss:
         cfg, tok = self.cfg, self.policy.tokenizer
         with torch.no_grad():
             samples = self.policy.sample(states, [None] * len(states), cfg.samples_per_state)
-            flat = [(i, r) for i, replies in enumerate(samples) for r in dict.fromkeys(replies)]
-            q = self.prm.score([states[i] for i, _ in flat], [r for _, r in flat]).float()
-        pairs, margins = [], []
-        for i in range(len(states)):
-            idx = [k for k, (j, _) in enumerate(flat) if j == i]
-            best, worst = max(idx, key=lambda k: q[k]), min(idx, key=lambda k: q[k])
-            if q[best] - q[worst] > cfg.min_margin:
-                pairs.append((i, flat[best][1], flat[worst][1]))
-                margins.append(float(q[best] - q[worst]))
+            pairs, margins, q = preference_pairs(self.prm, states, samples, cfg.min_margin)
         metrics = {"prm_mean": float(q.mean()), "pair_frac": len(pairs) / len(states),
                    "prm_margin": sum(margins) / len(margins) if margins else 0.0}
         if not pairs:
