@@ -15,7 +15,6 @@ sweep's variant); the 95% CI bootstraps states within each run.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from collections import defaultdict
 from pathlib import Path
