@@ -8,8 +8,9 @@
 
 Each budget n is one `agentprm loop` run of the quickstart's stages (configs/quickstart.yaml: π0 the bundled
 policy, 6 rollouts per train task at T 1, MC targets at γ 0.9, soft-BCE PRM 2 epochs from π0, online DPO 60 steps)
-on n / 6 generated train tasks (n / `--per-task` with that flag: 3,000 tasks × 10 rollouts for 30k), with the evaluation cut to 12 greedy games and no search (it is not part of an
-iteration's cost). Runs are resumable (`--resume` on a rerun) and the budgets run one after the other, never at once.
+on n / 6 generated train tasks (n / `--per-task` with that flag: 3,000 tasks × 10 rollouts for 30k), with the
+evaluation cut to 12 greedy games and no search (it is not part of an iteration's cost). Runs are resumable
+(`--resume` on a rerun) and the budgets run one after the other, never at once.
 Prints each stage's seconds (from the run's `.stages/*.done` markers) per budget, its growth exponent b between the
 smallest and the largest budget (seconds ∝ n^b), and the seconds that exponent projects at `--project` rollouts —
 a projection, printed as such, not a measurement. `--prm-max-steps` caps the PRM's optimiser steps (`prm.max_steps`;
@@ -70,7 +71,8 @@ def main() -> None:
         run = args.out / f"n{n}"
         cfg = args.out / f"n{n}.yaml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(yaml.safe_dump(config(n, args.prm_max_steps, args.prm_eval_rows, args.per_task), sort_keys=False))
+        loop_cfg = config(n, args.prm_max_steps, args.prm_eval_rows, args.per_task)
+        cfg.write_text(yaml.safe_dump(loop_cfg, sort_keys=False))
         if not (run / "results.json").exists():
             run_command("loop", "--config", cfg, "--run-dir", run, *(["--resume"] if run.exists() else []))
         found[n] = stage_seconds(run)

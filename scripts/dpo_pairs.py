@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             share, lo, hi = share_ci([r[critic] for r in runs], seed=args.seed)
             n = sum(len(r[critic]) for r in runs)
             table.append({"group": group, "critic": critic, "pairs": n, "agree": share, "ci95": [lo, hi]})
-            lines.append(f"| {group} ({len(runs)}) | {sum(r['states'] for r in runs)} "
-                         f"({sum(r['differing'] for r in runs)}) | {critic} | {n} | {share:.3f} | [{lo:.3f}, {hi:.3f}] |")
+            states, differing = sum(r["states"] for r in runs), sum(r["differing"] for r in runs)
+            lines.append(f"| {group} ({len(runs)}) | {states} ({differing}) | {critic} | {n} | {share:.3f} | "
+                         f"[{lo:.3f}, {hi:.3f}] |")
     print("\n".join(lines))
     if args.json:
         write_json(args.json, {"runs": found, "table": table, "states": args.states, "seed": args.seed})

@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             first, last = found[0], found[-1]
             rises.append(last["prm"] - first["prm"])
             alarms.append(alarm)
+            probe = [c.get("probe_success", float("nan")) for c in (first, last)]
             lines.append(f"| {variant} | {seed} | {first['prm']:.3f} → {last['prm']:.3f} ({rises[-1]:+.3f}) | "
-                         f"{first.get('probe_success', float('nan')):.2f} → {last.get('probe_success', float('nan')):.2f}"
-                         f" | {'none' if alarm is None else f'step {alarm}'} |")
+                         f"{probe[0]:.2f} → {probe[1]:.2f} | {'none' if alarm is None else f'step {alarm}'} |")
         rise = sum(rises) / len(rises)
         raised = sum(a is not None for a in alarms)
         summary.append(f"| {variant} | {rise:+.3f} | {delta_cell(comp)} | {verdict(rise, comp)} | "
