@@ -32,7 +32,8 @@ saw, as a function of distinct train tasks (and so rollouts), the PRM's objectiv
 Every stage is resumable (StageRunner under --out): a rerun with a larger --tasks list plays only the new games'
 rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
 `--score PRM [PRM ...]` scores PRMs trained elsewhere on the same held-out states (e.g. bench/iteration_cost.py's
-10k-rollout Q1) and prints their row beside π0's own order, paired, training nothing.
+10k-rollout Q1) and prints their row beside π0's own order, paired, training nothing (on a fresh --out it builds the
+held-out set first; a folder that is not a PRM is refused before that).
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ from agentprm.agent.replay import episode_states
 from agentprm.agent.state import object_type
 from agentprm.data.tables import META_KEY, TARGETS_SCHEMA, write_with_info
 from agentprm.data.trajectories import ShardWriter, iter_episodes, read_trajectories
+from agentprm.errors import UserError
 from agentprm.envs.alfworld.generate import generate_tasks
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.io import provenance, write_json, write_text
@@ -655,9 +657,9 @@ def report(out: Path, held: tuple) -> None:
     fig.savefig(out / "curve.png", dpi=120)
 
 
-def score_folders(folders: list[Path], held: tuple) -> None:
-    """PRMs trained elsewhere (a loop's iter_1/prm, bench/iteration_cost.py's 10k-rollout one) on the held-out
-    states, beside π0's own order of the same commands, paired on the same states."""
+def score_folders(prms: dict, held: tuple) -> None:
+    """PRMs trained elsewhere (a loop's iter_1/prm, bench/iteration_cost.py's 10k-rollout one), by folder, on the
+    held-out states, beside π0's own order of the same commands, paired on the same states."""
     states, actions, truth = held
     keys = [s.key() for s in states]
     order = {**ranking(policy_scores(LMAgent.load(DEFAULT_POLICY, mode="choose"), states, actions), truth, keys),
@@ -666,8 +668,8 @@ def score_folders(folders: list[Path], held: tuple) -> None:
     print("|---|---|---|---|---|")
     print(f"| π0's own order (no PRM) | {order['pairwise_accuracy']:.3f} | [{order['ci95'][0]:.3f}, "
           f"{order['ci95'][1]:.3f}] | | |")
-    for folder in folders:
-        found = {**ranking(load_prm(folder).score(states, actions).numpy(), truth, keys), "seed": 0}
+    for folder, prm in prms.items():
+        found = {**ranking(prm.score(states, actions).numpy(), truth, keys), "seed": 0}
         acc, ci, (delta, lo, hi) = pooled([found], [order])
         print(f"| {folder} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {delta:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
 
@@ -690,14 +692,20 @@ def main() -> None:
     ap.add_argument("--score", type=Path, nargs="+", metavar="PRM", help="score these PRM folders on the held-out "
                     "states of --out (beside π0's own order, paired) and train nothing")
     args = ap.parse_args()
-    if args.score:
-        return score_folders(args.score, load_heldout(args.out / "heldout"))
+    prms = {}
+    for folder in args.score or []:   # loaded first: a wrong folder fails before the held-out set is built
+        try:
+            prms[folder] = load_prm(folder)
+        except UserError as e:
+            raise SystemExit(f"--score: {e}")
     if args.report_only:
         return report(args.out, load_heldout(args.out / "heldout"))
     args.out.mkdir(parents=True, exist_ok=True)
     with run_lock(args.out):
         stages = StageRunner(args.out, resume=True)
         held = load_heldout(heldout(stages, args.eval_tasks, args.states, args.workers))
+        if prms:   # on a fresh --out the held-out set is built first (the same seeded states as the curve's)
+            return score_folders(prms, held)
         for n in sorted(args.tasks):
             tasks = train_split(stages, n, args.workers)
             play_rollouts(args.out, tasks, args.per_task, args.workers)

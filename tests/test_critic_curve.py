@@ -38,6 +38,17 @@ def _episodes(folder: Path) -> set[str]:
             .to_pylist()}
 
 
+def test_score_refuses_a_folder_that_is_not_a_prm_before_any_work(tmp_path):
+    from agentprm.loop.run import DEFAULT_POLICY
+
+    for folder, why in ((DEFAULT_POLICY, "not a PRM folder"), (tmp_path / "missing", "no such PRM folder")):
+        done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), "--score", str(folder)],
+                              capture_output=True, text=True, timeout=120, env=os.environ)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1 and lines[0].startswith(f"--score: {folder}: {why}")
+        assert not (tmp_path / "out").exists()   # refused before the held-out set was begun
+
+
 @pytest.mark.slow
 def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
     out = tmp_path / "curve"
@@ -73,9 +84,10 @@ def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
     assert 0.0 <= curve["pi0_order"]["pairwise_accuracy"] <= 1.0 and "π0's own order" in (out / "curve.md").read_text()
 
     # --score: a PRM trained elsewhere on the same held-out states, beside π0's order; here a point's own PRM, whose
-    # row must be the point's accuracy
+    # row must be the point's accuracy — scored under a fresh --out, which builds the same seeded held-out set
     prm = out / "points" / "soft-bce" / "n6_k2" / "s0" / "prm"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--score", str(prm)], capture_output=True,
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "scored"), "--states", "12",
+                           "--eval-tasks", "4", "--workers", "2", "--score", str(prm)], capture_output=True,
                           text=True, timeout=300, env=os.environ)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1] for line in done.stdout.splitlines()
