@@ -3,7 +3,7 @@
     python bench/iteration_cost.py --rollouts 240 1440 [--out runs/bench-iteration] [--project 10000]
     python bench/iteration_cost.py --rollouts 240 10002 --prm-max-steps 1440 --prm-eval-rows 4096 \
         --out runs/bench-iteration-10k
-    python bench/iteration_cost.py --rollouts 30000 --per-task 10 --prm-max-steps 6000 --prm-eval-rows 4096 \
+    python bench/iteration_cost.py --rollouts 30000 --per-task 10 --prm-max-steps 3000 --prm-eval-rows 4096 \
         --out runs/bench-iteration-30k
 
 Each budget n is one `agentprm loop` run of the quickstart's stages (configs/quickstart.yaml: π0 the bundled
