@@ -3,13 +3,15 @@
     python bench/iteration_cost.py --rollouts 240 1440 [--out runs/bench-iteration] [--project 10000]
     python bench/iteration_cost.py --rollouts 240 10002 --prm-max-steps 1440 --prm-eval-rows 4096 \
         --out runs/bench-iteration-10k
+    python bench/iteration_cost.py --rollouts 12000 --per-task 4 --prm-max-steps 3000 --prm-eval-rows 4096 \
+        --out runs/bench-iteration-12k
     python bench/iteration_cost.py --rollouts 30000 --per-task 10 --prm-max-steps 3000 --prm-eval-rows 4096 \
         --out runs/bench-iteration-30k
 
 Each budget n is one `agentprm loop` run of the quickstart's stages (configs/quickstart.yaml: π0 the bundled
 policy, 6 rollouts per train task at T 1, MC targets at γ 0.9, soft-BCE PRM 2 epochs from π0, online DPO 60 steps)
-on n / 6 generated train tasks (n / `--per-task` with that flag: 3,000 tasks × 10 rollouts for 30k), with the
-evaluation cut to 12 greedy games and no search (it is not part of an iteration's cost). Runs are resumable
+on n / 6 generated train tasks (n / `--per-task` with that flag: 3,000 tasks × 4 rollouts for 12k, × 10 for 30k),
+with the evaluation cut to 12 greedy games and no search (it is not part of an iteration's cost). Runs are resumable
 (`--resume` on a rerun) and the budgets run one after the other, never at once.
 Prints each stage's seconds (from the run's `.stages/*.done` markers) per budget, its growth exponent b between the
 smallest and the largest budget (seconds ∝ n^b), and the seconds that exponent projects at `--project` rollouts —
