@@ -683,7 +683,8 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=["soft-bce", "bradley-terry"], choices=sorted(VARIANTS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="PRM seeds (init, data order)")
     ap.add_argument("--eval-tasks", type=int, default=72)
-    ap.add_argument("--states", type=int, default=200, help="held-out states labelled by the oracle")
+    ap.add_argument("--states", type=int, default=240, help="held-out states labelled by the oracle (240: the "
+                    "documented study's held-out set, docs/results.md)")
     ap.add_argument("--workers", type=int, default=None, help="env worker processes (default: CPU count)")
     ap.add_argument("--backbone", type=int, nargs=2, default=list(BACKBONE), metavar=("GAMES", "STEPS"),
                     help="the *-tiny / *-small variants' backbones: SFT on the first GAMES train games' demos for "
