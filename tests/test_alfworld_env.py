@@ -134,6 +134,17 @@ def test_the_sas_cache_is_bounded_least_recently_used_first(tmp_path):
     assert other.exists()
 
 
+def test_a_write_that_evicts_warns_once_a_process(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AGENTPRM_SAS_CACHE", str(tmp_path))
+    monkeypatch.setenv("AGENTPRM_SAS_CACHE_MB", str(2500 / 2 ** 20))   # 2,500 bytes: two ~1 kB entries fit, not three
+    monkeypatch.setattr(speedups, "_evicted_warned", False)
+    for k in range(4):
+        speedups._write_entry(tmp_path / f"{k:064x}{speedups.SAS_SUFFIX}", "s" * 1000)
+    err = capsys.readouterr().err
+    assert err.count("warning: SAS cache") == 1 and "$AGENTPRM_SAS_CACHE_MB" in err
+    assert len(list(tmp_path.glob(f"*{speedups.SAS_SUFFIX}"))) < 4       # it did evict
+
+
 def test_closed_envs_hand_their_fast_downward_library_to_the_next(games, tmp_path):
     """Each env load copies the 34 MB libdownward.so and loads it; a loaded copy is never unloaded, so stock
     TextWorld keeps one deleted-but-mapped copy per env load (the oracle's thousands of loads filled a disk). With the

@@ -12,7 +12,11 @@
    translation's cost) and reads the SAS text. The result is read-only for the engine. Each entry carries the
    sha256 of its text and is checked on read (a corrupt or truncated entry is removed and translated again, not
    failed on forever); the folder is bounded, least recently used entries first (`$AGENTPRM_SAS_CACHE_MB`, default
-   2048: a game's entry is ~0.6 MB).
+   8192: a game's entry is ~0.65 MB, so ~12,000 games). The bound must hold the games a run plays: rollouts visit
+   the games in order, the worst case for LRU, so a bound below them evicts each game's entry before its turn comes
+   and every first reset translates again — measured at 3,000 train games under the old 2,048 MB default: 1,484
+   entries re-translated within 35 min of rollouts and the rollouts' rows/s halved. An eviction says so, once a
+   process, on stderr.
 3. Deep copies of the grammar's derivation context. Every admissible command's text is derived anew each step,
    and `textgen.copy_context` deep-copies the context's `variables` (name -> EntityInfo) and `mapping`
    (Placeholder -> Variable) for every symbol: three quarters of a step's time once 1 and 2 are cached. Copying
@@ -59,8 +63,8 @@ SAS_SUFFIX = ".v2.sas"   # entries with a checksum line; the header-less ".sas" 
 
 
 def sas_cache_limit() -> int:
-    """Bytes the SAS cache may hold: $AGENTPRM_SAS_CACHE_MB (default 2048)."""
-    return int(float(os.environ.get("AGENTPRM_SAS_CACHE_MB", "2048")) * 2 ** 20)
+    """Bytes the SAS cache may hold: $AGENTPRM_SAS_CACHE_MB (default 8192)."""
+    return int(float(os.environ.get("AGENTPRM_SAS_CACHE_MB", "8192")) * 2 ** 20)
 
 
 def _read_entry(path: Path) -> str | None:
@@ -83,9 +87,21 @@ def _write_entry(path: Path, sas: str) -> None:
     try:
         with atomic_path(path) as tmp:
             Path(tmp).write_text(f"; sha256 {hashlib.sha256(sas.encode()).hexdigest()}\n{sas}")
-        bound_cache(path.parent, sas_cache_limit())
+        if bound_cache(path.parent, sas_cache_limit()) and not _evicted_warned:
+            _warn_evicted(path.parent)
     except OSError:  # a read-only cache costs speed, not correctness
         pass
+
+
+_evicted_warned = False
+
+
+def _warn_evicted(folder: Path) -> None:
+    global _evicted_warned
+    _evicted_warned = True
+    print(f"warning: SAS cache {folder} reached its bound of {sas_cache_limit() // 2 ** 20} MB and deleted its least "
+          "recently used entries; if this run plays more games than it holds, each is translated again (slow): raise "
+          "$AGENTPRM_SAS_CACHE_MB", file=sys.stderr, flush=True)
 
 
 def bound_cache(folder: Path, limit: int) -> int:
