@@ -34,8 +34,10 @@ class _Bar:
         if self._progress is not None:
             self._progress.advance(self._task, n)
         self._done += n
+        if self._heartbeat is None:   # a terminal draws the bar itself: no clock read here
+            return
         t = now()
-        if self._heartbeat is None or t - self._last < self._heartbeat:
+        if t - self._last < self._heartbeat:
             return
         self._last, elapsed = t, t - self._start
         left = elapsed / self._done * max(self._total - self._done, 0)

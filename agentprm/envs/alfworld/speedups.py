@@ -87,7 +87,7 @@ def _write_entry(path: Path, sas: str) -> None:
     try:
         with atomic_path(path) as tmp:
             Path(tmp).write_text(f"; sha256 {hashlib.sha256(sas.encode()).hexdigest()}\n{sas}")
-        if bound_cache(path.parent, sas_cache_limit()) and not _evicted_warned:
+        if bound_cache(path.parent, sas_cache_limit()):
             _warn_evicted(path.parent)
     except OSError:  # a read-only cache costs speed, not correctness
         pass
@@ -97,7 +97,10 @@ _evicted_warned = False
 
 
 def _warn_evicted(folder: Path) -> None:
+    """Once a process: a run that evicts evicts again, and one line says what to do."""
     global _evicted_warned
+    if _evicted_warned:
+        return
     _evicted_warned = True
     print(f"warning: SAS cache {folder} reached its bound of {sas_cache_limit() // 2 ** 20} MB and deleted its least "
           "recently used entries; if this run plays more games than it holds, each is translated again (slow): raise "
