@@ -699,7 +699,7 @@ def main() -> None:
             prms[folder] = load_prm(folder)
         except UserError as e:
             raise SystemExit(f"--score: {e}")
-    if args.report_only:
+    if args.report_only and not prms:   # (--score goes first, as it always has)
         return report(args.out, load_heldout(args.out / "heldout"))
     args.out.mkdir(parents=True, exist_ok=True)
     with run_lock(args.out):

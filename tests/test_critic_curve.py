@@ -85,10 +85,11 @@ def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
 
     # --score: a PRM trained elsewhere on the same held-out states, beside π0's order; here a point's own PRM, whose
     # row must be the point's accuracy — scored under a fresh --out, which builds the same seeded held-out set
+    # (--score goes before --report-only)
     prm = out / "points" / "soft-bce" / "n6_k2" / "s0" / "prm"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "scored"), "--states", "12",
-                           "--eval-tasks", "4", "--workers", "2", "--score", str(prm)], capture_output=True,
-                          text=True, timeout=300, env=os.environ)
+                           "--eval-tasks", "4", "--workers", "2", "--report-only", "--score", str(prm)],
+                          capture_output=True, text=True, timeout=300, env=os.environ)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1] for line in done.stdout.splitlines()
             if line.startswith("| ") and not line.startswith("| critic")}
