@@ -33,7 +33,9 @@ Every stage is resumable (StageRunner under --out): a rerun with a larger --task
 rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
 `--score PRM [PRM ...]` scores PRMs trained elsewhere on the same held-out states (e.g. bench/iteration_cost.py's
 10k-rollout Q1) and prints their row beside π0's own order, paired, training nothing (on a fresh --out it builds the
-held-out set first; a folder that is not a PRM is refused before that).
+held-out set first; a folder that is not a PRM is refused before that). `--layout-games DIR --tasks 240 1000 3000`
+prints the layout prior's data axis: the search–search pairs ranked by where object types start in the first n games
+of DIR (e.g. runs/train-3000 of `agentprm tasks generate`), at each n, training nothing.
 """
 from __future__ import annotations
 
@@ -674,6 +676,32 @@ def score_folders(prms: dict, held: tuple) -> None:
         print(f"| {folder} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {delta:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
 
 
+def layout_curve(games: list[Path], counts: list[int], held: tuple) -> None:
+    """The data axis of the one statistic that orders the held-out search–search pairs (docs/results.md, session 24):
+    the layout prior counted over the first n of `games` (a train split's game folders in order; game k does not
+    depend on the split's size, so these are the curve's own games) at each n, beside π0's own order on the same
+    pairs, and paired with the smallest n's prior: does seeing more floor plans lift the search pairs' ceiling?"""
+    states, actions, truth = held
+    keys, rank, order = [s.key() for s in states], {}, []
+    for k in keys:   # π0's own order: a state's candidates are stored best first
+        rank[k] = rank.get(k, -1) + 1
+        order.append(-rank[k])
+    scores = {n: layout_scores(layout_prior(games[:n]), states, actions) for n in sorted(counts)}
+    acc = {n: (lambda c: c[0] / c[1])(by_pair_kind(found, truth, states, actions)["search–search"])
+           for n, found in [("order", order), *scores.items()]}
+    first = min(counts)
+    print(f"| ranker of the search–search pairs | train games | acc. | 95% CI | Δ vs π0's own order (paired 95% CI) | "
+          f"Δ vs {first} games (paired 95% CI) |")
+    print("|---|---|---|---|---|---|")
+    print(f"| π0's own order | — | {acc['order']:.3f} | | | |")
+    for n, found in scores.items():
+        ci, vs_order = search_pairs_ci(found, order, held)
+        _, vs_first = search_pairs_ci(found, scores[first], held)
+        print(f"| layout prior | {n} | {acc[n]:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {acc[n] - acc['order']:+.3f} "
+              f"[{vs_order[0]:+.3f}, {vs_order[1]:+.3f}] | " + (f"{acc[n] - acc[first]:+.3f} [{vs_first[0]:+.3f}, "
+                                                                f"{vs_first[1]:+.3f}] |" if n != first else "|"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -692,6 +720,9 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="write the tables and plot of the points done")
     ap.add_argument("--score", type=Path, nargs="+", metavar="PRM", help="score these PRM folders on the held-out "
                     "states of --out (beside π0's own order, paired) and train nothing")
+    ap.add_argument("--layout-games", type=Path, metavar="DIR", help="rank the held-out search–search pairs by the "
+                    "layout prior of the first n games of this train split's folder, n each of --tasks, and train "
+                    "nothing")
     args = ap.parse_args()
     prms = {}
     for folder in args.score or []:   # loaded first: a wrong folder fails before the held-out set is built
@@ -699,6 +730,13 @@ def main() -> None:
             prms[folder] = load_prm(folder)
         except UserError as e:
             raise SystemExit(f"--score: {e}")
+    games = []
+    if args.layout_games:   # checked first too: a folder short of games fails before the held-out set is built
+        found = sorted(args.layout_games.iterdir()) if args.layout_games.is_dir() else []
+        games = [f for f in found if (f / "game.tw-pddl").is_file()]
+        if len(games) < max(args.tasks):
+            raise SystemExit(f"--layout-games {args.layout_games}: {len(games)} games with a game.tw-pddl, fewer "
+                             f"than the {max(args.tasks)} --tasks asks for")
     if args.report_only and not prms:   # (--score goes first, as it always has)
         return report(args.out, load_heldout(args.out / "heldout"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -707,6 +745,8 @@ def main() -> None:
         held = load_heldout(heldout(stages, args.eval_tasks, args.states, args.workers))
         if prms:   # on a fresh --out the held-out set is built first (the same seeded states as the curve's)
             return score_folders(prms, held)
+        if games:
+            return layout_curve(games, args.tasks, held)
         for n in sorted(args.tasks):
             tasks = train_split(stages, n, args.workers)
             play_rollouts(args.out, tasks, args.per_task, args.workers)

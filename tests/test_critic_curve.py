@@ -213,3 +213,27 @@ def test_the_layout_prior_counts_where_things_start_and_ranks_two_searches(tmp_p
     scores = curve_script.layout_scores(prior, [state] * 4, ["go to fridge 1", "open drawer 2", "go to cabinet 1",
                                                              "inventory"])
     assert scores == pytest.approx([2 / 3, 1 / 2, 0.0, 0.0])   # cabinet 1 was seen: not a search
+
+
+def test_the_layout_curve_ranks_the_search_pairs_by_more_games_and_refuses_a_short_folder(tmp_path, capsys):
+    """`--layout-games`: the search–search pairs ranked by the first n games' layout prior at each n, beside π0's own
+    order (a state's candidates stored best first); a folder with fewer games than --tasks is refused before the
+    held-out set is begun."""
+    games = [_game(tmp_path / "g0", [("Apple", "Drawer")], ["Drawer", "Fridge"]),     # alone: apples in drawers
+             _game(tmp_path / "g1", [("Apple", "Fridge"), ("Mug", "Cabinet")], ["Fridge", "Cabinet", "Drawer"]),
+             _game(tmp_path / "g2", [("Apple", "CounterTop"), ("Apple", "Fridge")], ["Fridge", "CounterTop"])]
+    state = AgentState(task="put a clean apple in countertop.", task_id="t", room=("fridge 1", "drawer 2"),
+                       memory=(), location=None, holding=None, held_state=(), recent=(), observation="",
+                       admissible=(), steps=0, _key="s")
+    held = ([state] * 2, ["open drawer 2", "go to fridge 1"], [0.2, 0.9])   # π0 put the drawer first; the fridge wins
+    curve_script.layout_curve(games, [1, 3], held)
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]) for line in capsys.readouterr().out.splitlines()}
+    # one game: drawer 1 vs fridge 0, wrong; three: fridge 2/3 vs drawer 1/2, right — π0's own order is wrong
+    assert {("π0's own order", "—", "0.000"), ("layout prior", "1", "0.000"), ("layout prior", "3", "1.000")} <= rows
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), "--layout-games",
+                           str(tmp_path), "--tasks", "3", "4"], capture_output=True, text=True, timeout=120,
+                          env=os.environ)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and lines == [f"--layout-games {tmp_path}: 3 games with a game.tw-pddl, fewer than "
+                                              "the 4 --tasks asks for"]
+    assert not (tmp_path / "out").exists()
