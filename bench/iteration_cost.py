@@ -82,22 +82,26 @@ def main() -> None:
     lo, hi = sizes[0], sizes[-1]
     stages = [s for s in ITERATION if s in found[hi]] + sorted(s for s in found[hi] if s.startswith("tasks"))
     head = " | ".join(f"{n:,} rollouts" for n in sizes)
-    print(f"| stage | {head} | growth b (s ∝ n^b) | projected at {args.project:,} (not measured) |")
-    print("|---|" + "---|" * len(sizes) + "---|---|")
+    grows = hi > lo   # a growth exponent and its projection need two budgets
+    print(f"| stage | {head} |" + (f" growth b (s ∝ n^b) | projected at {args.project:,} (not measured) |" if grows else ""))
+    print("|---|" + "---|" * len(sizes) + ("---|---|" if grows else ""))
     totals, projected_total = {n: 0.0 for n in sizes}, 0.0
     for stage in stages:
         values = [found[n].get(stage, float("nan")) for n in sizes]
-        b = math.log(values[-1] / values[0]) / math.log(hi / lo) if hi > lo and values[0] > 0 else float("nan")
+        b = math.log(values[-1] / values[0]) / math.log(hi / lo) if grows and values[0] > 0 else float("nan")
         projected = values[-1] * (args.project / hi) ** b if math.isfinite(b) else float("nan")
         if stage in ITERATION:
             for n, v in zip(sizes, values):
                 totals[n] += v
             projected_total += projected
-        print(f"| {stage} | " + " | ".join(f"{v:,.0f} s" for v in values) + f" | {b:.2f} | {projected:,.0f} s |")
+        print(f"| {stage} | " + " | ".join(f"{v:,.0f} s" for v in values) + " |"
+              + (f" {b:.2f} | {projected:,.0f} s |" if grows else ""))
     print(f"| **one iteration** ({', '.join(s.split('/')[1] for s in ITERATION)}) | "
-          + " | ".join(f"**{totals[n]:,.0f} s**" for n in sizes)
-          + f" | | **{projected_total / 60:,.0f} min** (the stages' projections summed) |")
-
+          + " | ".join(f"**{totals[n]:,.0f} s**" for n in sizes) + " |"
+          + (f" | **{projected_total / 60:,.0f} min** (the stages' projections summed) |" if grows else ""))
+    rates = [f"{n / found[n]['iter_1/rollouts']:.2f} at {n:,}" for n in sizes if found[n].get("iter_1/rollouts")]
+    if rates:   # the rollouts' seconds include a resumed stage's earlier attempts (carried_seconds)
+        print("rollouts/s: " + ", ".join(rates))
 
 if __name__ == "__main__":
     main()
