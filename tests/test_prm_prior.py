@@ -15,6 +15,7 @@ from agentprm.cli import main
 from agentprm.errors import UserError
 from agentprm.models import build_model
 from agentprm.prm import ProcessRewardModel, train_prm
+from agentprm.prm.config import PrmDataConfig
 from agentprm.prm.losses import get_prm_loss
 from agentprm.prm.train import make_loss_fn
 from agentprm.train.config import TrainConfig
@@ -217,3 +218,27 @@ def test_a_prior_from_another_policy_than_the_init(policy_dir, targets_file, sta
     want = torch.sigmoid(head_logits(prm, states, replies) + policy_logp(policy_dir, states, replies).double())
     assert torch.allclose(prm.score(states, replies).double(), want, rtol=1e-4, atol=1e-6)
     assert not torch.allclose(policy_logp(other, states, replies), policy_logp(policy_dir, states, replies))
+
+
+def test_training_scores_the_prior_only_on_rows_it_trains_on_or_evaluates(policy_dir, targets_file, tmp_path,  # noqa: F811
+                                                                          monkeypatch):
+    """MC targets hold every visited (s, a); Bradley-Terry trains on the few states with two actions, so log π0 of
+    the rest is never read. The fixture: 4 tasks × (start: one action; drawer: two) = 12 rows, 4 pairs on 8 rows;
+    the metrics score one task's 3 rows — 9 rows need the prior. A row's log π0 does not depend on the replies
+    packed beside it, so scoring fewer rows changes no value."""
+    calls = []
+    original = ProcessRewardModel.prior_offsets
+
+    def spy(self, states, prompts, replies, batch_size=32):
+        out = original(self, states, prompts, replies, batch_size)
+        calls.append((self, states, prompts, replies, out))
+        return out
+
+    monkeypatch.setattr(ProcessRewardModel, "prior_offsets", spy)
+    metrics = train_prm(targets_file, policy_dir, "bradley-terry", tmp_path / "prm", TrainConfig(epochs=1, seed=0),
+                        PrmDataConfig(heldout_frac=0.0), prior_weight=1.0, eval_rows=3)
+    assert metrics["evaluated_rows"] == {"train": 3, "heldout": 0} and metrics["examples"] == 4
+    (prm, states, prompts, replies, out), = calls
+    assert len(replies) == 9 and sum(s.key() != states[0].key() for s in states) >= 1
+    alone = torch.cat([original(prm, [s], [p], [r]) for s, p, r in zip(states, prompts, replies)])
+    assert torch.allclose(out, alone, rtol=1e-5, atol=1e-5) and bool((out < 0).all())

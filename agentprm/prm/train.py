@@ -176,13 +176,28 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
     actions, q = targets.table["action"].to_pylist(), targets.table["q"].to_pylist()
     keys, tasks = targets.table["state_key"].to_pylist(), targets.table["task_id"].to_pylist()
     replies = [reply_ids(prm.tokenizer, a) for a in actions]
-    offsets = prm.prior_offsets([by_key[k] for k in keys], [prompts[k] for k in keys], replies,
-                                data.eval_batch_size)   # zeros without a prior
-    off = offsets.tolist()
 
     held = split_by_task(tasks, data.heldout_frac, cfg.seed)
     halves = {name: np.flatnonzero(mask) for name, mask in (("train", ~held), ("heldout", held))}
     train_rows = halves["train"]
+    scored = {name: whole_tasks(rows, tasks, eval_rows, cfg.seed) for name, rows in halves.items()}
+    if prm_loss.pairwise:
+        pairs = [(int(train_rows[a]), int(train_rows[b]))
+                 for a, b in pair_indices([keys[i] for i in train_rows], [q[i] for i in train_rows], data.delta)]
+        used = {i for pair in pairs for i in pair}
+    elif prm_loss.kind == "listwise":   # every train state with two replies the targets tell apart
+        groups = [m for m in ([int(train_rows[j]) for j in m] for m in group_indices([keys[i] for i in train_rows]))
+                  if max(q[i] for i in m) - min(q[i] for i in m) > data.delta]
+        used = {i for m in groups for i in m}
+    else:
+        used = set(train_rows.tolist())
+    # the prior's log π0 only of the rows trained on or scored: same-state pairs are a few % of MC targets' rows
+    need = sorted(used.union(*(rows.tolist() for rows in scored.values())))
+    offsets = torch.zeros(len(keys))
+    offsets[need] = prm.prior_offsets([by_key[keys[i]] for i in need], [prompts[keys[i]] for i in need],
+                                      [replies[i] for i in need], data.eval_batch_size)   # zeros without a prior
+    off = offsets.tolist()
+
     if prm_loss.kind == "trajectory":   # whole episodes of the train tasks, steps labelled by their Q̂
         train_tasks = {tasks[i] for i in train_rows}
         q_of = {(keys[i], actions[i]): q[i] for i in range(len(q))}
@@ -190,13 +205,10 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
                     if e.task_id in train_tasks]
         examples = pqm_trajectories(episodes, q_of, prm.tokenizer, prm.prompt)
     elif prm_loss.pairwise:
-        pairs = pair_indices([keys[i] for i in train_rows], [q[i] for i in train_rows], data.delta)
-        examples = [(prompts[keys[i]], replies[i], replies[j], off[i], off[j])
-                    for i, j in ((train_rows[a], train_rows[b]) for a, b in pairs)]
-    elif prm_loss.kind == "listwise":   # every train state with two replies the targets tell apart
-        states = [[int(train_rows[j]) for j in m] for m in group_indices([keys[i] for i in train_rows])]
+        examples = [(prompts[keys[i]], replies[i], replies[j], off[i], off[j]) for i, j in pairs]
+    elif prm_loss.kind == "listwise":
         examples = [(prompts[keys[m[0]]], tuple(replies[i] for i in m), tuple(q[i] for i in m),
-                     tuple(off[i] for i in m)) for m in states if max(q[i] for i in m) - min(q[i] for i in m) > data.delta]
+                     tuple(off[i] for i in m)) for m in groups]
     else:
         examples = [(prompts[keys[i]] + replies[i], q[i], off[i]) for i in train_rows]
     if not examples and prm_loss.kind == "trajectory":
@@ -206,8 +218,6 @@ def train_prm(targets_path: str | Path, init: str | Path, loss: str, out_dir: st
         raise UserError(f"{targets_path}: no {'states' if prm_loss.kind == 'listwise' else 'pairs'} for loss "
                         f"{loss!r}: no two actions at a training state have "
                         f"Q-targets more than delta={data.delta} apart")
-
-    scored = {name: whole_tasks(rows, tasks, eval_rows, cfg.seed) for name, rows in halves.items()}
 
     def evaluate_all() -> dict[str, Any]:
         return {name: evaluate(prm, [prompts[keys[i]] for i in rows], [replies[i] for i in rows], [q[i] for i in rows],
