@@ -561,11 +561,8 @@ def report(out: Path, held: tuple) -> None:
     fmt3 = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
     # the reference a learned critic must beat: π0's own preference (the candidates are stored in π0's top-4 order)
     states, _, truth = held
-    keys, rank, order = [s.key() for s in states], {}, []
-    for k in keys:   # a state's candidates come best first: score each by minus its place
-        rank[k] = rank.get(k, -1) + 1
-        order.append(-rank[k])
-    prior = ranking(np.asarray(order, dtype=float), truth, keys)
+    order = stored_order(states)
+    prior = ranking(np.asarray(order, dtype=float), truth, [s.key() for s in states])
     groups: dict[tuple, list[dict]] = {}
     for r in results:
         groups.setdefault((r["variant"], r["tasks"], r["rollouts"]), []).append(r)
@@ -676,30 +673,37 @@ def score_folders(prms: dict, held: tuple) -> None:
         print(f"| {folder} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {delta:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
 
 
+def stored_order(states: list) -> list[float]:
+    """π0's own order of the held-out candidates as scores: a state's candidates are stored best first (its top 4,
+    in π0's order), each scored by minus its place."""
+    place: dict[str, int] = {}
+    order = []
+    for s in states:
+        place[s.key()] = place.get(s.key(), -1) + 1
+        order.append(-place[s.key()])
+    return order
+
+
 def layout_curve(games: list[Path], counts: list[int], held: tuple) -> None:
     """The data axis of the one statistic that orders the held-out search–search pairs (docs/results.md, session 24):
     the layout prior counted over the first n of `games` (a train split's game folders in order; game k does not
     depend on the split's size, so these are the curve's own games) at each n, beside π0's own order on the same
-    pairs, and paired with the smallest n's prior: does seeing more floor plans lift the search pairs' ceiling?"""
-    states, actions, truth = held
-    keys, rank, order = [s.key() for s in states], {}, []
-    for k in keys:   # π0's own order: a state's candidates are stored best first
-        rank[k] = rank.get(k, -1) + 1
-        order.append(-rank[k])
-    scores = {n: layout_scores(layout_prior(games[:n]), states, actions) for n in sorted(counts)}
-    acc = {n: (lambda c: c[0] / c[1])(by_pair_kind(found, truth, states, actions)["search–search"])
-           for n, found in [("order", order), *scores.items()]}
-    first = min(counts)
+    pairs (`pair_kind_rows`), and paired with the smallest n's prior: does seeing more floor plans lift the search
+    pairs' ceiling?"""
+    states, actions, _ = held
+    priors = [("layout prior", n, layout_prior(games[:n])) for n in sorted(counts)]
+    own, *rows = pair_kind_rows({}, held, stored_order(states), priors)
+    first, first_scores = rows[0]["search–search"][0], layout_scores(priors[0][2], states, actions)
     print(f"| ranker of the search–search pairs | train games | acc. | 95% CI | Δ vs π0's own order (paired 95% CI) | "
-          f"Δ vs {first} games (paired 95% CI) |")
+          f"Δ vs {priors[0][1]} games (paired 95% CI) |")
     print("|---|---|---|---|---|---|")
-    print(f"| π0's own order | — | {acc['order']:.3f} | | | |")
-    for n, found in scores.items():
-        ci, vs_order = search_pairs_ci(found, order, held)
-        _, vs_first = search_pairs_ci(found, scores[first], held)
-        print(f"| layout prior | {n} | {acc[n]:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {acc[n] - acc['order']:+.3f} "
-              f"[{vs_order[0]:+.3f}, {vs_order[1]:+.3f}] | " + (f"{acc[n] - acc[first]:+.3f} [{vs_first[0]:+.3f}, "
-                                                                f"{vs_first[1]:+.3f}] |" if n != first else "|"))
+    print(f"| π0's own order | — | {own['search–search'][0]:.3f} | | | |")
+    for (_, n, prior), row in zip(priors, rows):
+        acc, ci, vs_order = row["search–search"][0], row["ci95"], row["delta_vs_pi0_order_ci95"]
+        _, vs_first = search_pairs_ci(layout_scores(prior, states, actions), first_scores, held)
+        print(f"| layout prior | {n} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {acc - own['search–search'][0]:+.3f} "
+              f"[{vs_order[0]:+.3f}, {vs_order[1]:+.3f}] | " + (f"{acc - first:+.3f} [{vs_first[0]:+.3f}, "
+                                                                f"{vs_first[1]:+.3f}] |" if n != priors[0][1] else "|"))
 
 
 def main() -> None:
