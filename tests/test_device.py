@@ -97,6 +97,8 @@ def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(m
 def test_rollouts_run_the_model_on_the_cores_the_env_workers_leave(monkeypatch, threads):
     """The measured failure: the loop's rollouts ran torch's default thread per core beside the env workers, and
     the stage slowed through the hour (docs/results.md). The engine now limits torch while its workers run."""
+    import toy_env
+
     from agentprm.agent.policies import RandomAgent
     from agentprm.envs.base import TaskSpec
     from agentprm.models import device
@@ -113,7 +115,8 @@ def test_rollouts_run_the_model_on_the_cores_the_env_workers_leave(monkeypatch, 
     monkeypatch.setattr(device, "_threads_chosen", False)
     torch.set_num_threads(2)
     agent = Recording(0)
-    tasks = [TaskSpec(f"c{i}", "count", "2", env="test-counter") for i in range(3)]   # tests/toy_env.py
+    tasks = [TaskSpec(f"c{i}", "count", "2", env="test-counter") for i in range(3)]
     episodes = run_episodes(episode_jobs(tasks, 2, 0, 4, "t"), agent, num_envs=4, num_workers=2, progress=False)
-    assert len(episodes) == 6 and agent.seen and set(agent.seen) == {1}
+    assert len(episodes) == 6 and all(s.action in toy_env.COMMANDS for e in episodes for s in e.steps)
+    assert agent.seen and set(agent.seen) == {1}
     assert torch.get_num_threads() == 2
