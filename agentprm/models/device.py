@@ -10,10 +10,7 @@ torch is imported only when a placement is resolved, so configs and `--help` sta
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import sys
 from dataclasses import dataclass
 
 from agentprm.errors import UserError
@@ -51,7 +48,6 @@ def check_device_config(cfg: DeviceConfig, where: str = "device") -> None:
 
 _placement: tuple | None = None    # (torch.device, torch.dtype) of this process, once resolved
 _training: tuple[str, bool] = ("no", False)   # (mixed_precision, gradient_checkpointing) of this process's trainings
-_threads_chosen = False   # the device config set torch's thread count: `sharing_cores` leaves it as it is
 
 
 def use_device(cfg: DeviceConfig) -> tuple:
@@ -82,36 +78,9 @@ def use_device(cfg: DeviceConfig) -> tuple:
                             "bfloat16 or float32")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    global _training, _threads_chosen
-    _threads_chosen = bool(cfg.threads)
+    global _training
     _placement, _training = (device, dtype), (cfg.mixed_precision, cfg.gradient_checkpointing)
     return _placement
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def sharing_cores(workers: int):
-    """While `workers` env processes run beside this process's model (rollouts, evaluation, search), torch computes
-    on the cores they leave — at least one — and gets its thread count back after; unless the device config
-    (`threads`, `--threads`) chose one. The workers step one half of the episodes while the model thinks for the
-    other half, so both run at once: torch's default of a thread per core oversubscribes the machine. Measured on 2
-    cores, 2 workers, 12,000 rollouts of π0 on 3,000 games (the same stage, only the thread count differing): torch's
-    2 threads 69 → 57 rows/s, decaying through the hour; 1 thread 73 → 84 rows/s (docs/results.md). A process that
-    never imported torch runs no model here, and nothing changes."""
-    torch = sys.modules.get("torch")
-    if torch is None or _threads_chosen or workers < 1:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, min(before, _cores() - workers)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def training_options() -> tuple[str, bool]:
