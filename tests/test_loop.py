@@ -551,6 +551,29 @@ def test_resume_torture_killed_runs_finish_equal_to_an_uninterrupted_one(tmp_pat
     assert not list(tortured.rglob("*.partial*")) and not list(tortured.rglob(".*.tmp"))
 
 
+@pytest.mark.slow   # ~60-80 s: run by `make test-all` and CI
+def test_a_run_killed_between_its_prm_and_policy_stages_resumes_to_the_same_policy(tmp_path, generated_tasks,
+                                                                                   tiny_policy):
+    """The kill the resume torture once hit by chance, made deterministic: SIGKILL right after the PRM stage is done,
+    so π1 is trained by a fresh process, and it must equal the π1 of a run never interrupted. It failed on a change
+    that set torch's thread count to 1 around the rollouts and back (session 30): a process whose count was ever set
+    computes differently from one left at torch's default, even at the same count."""
+    cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    loop = [sys.executable, "-m", "agentprm.cli", "loop", "--config", str(cfg), "--run-dir"]
+    assert subprocess.run(loop + [str(clean)], capture_output=True).returncode == 0
+    proc = subprocess.Popen(loop + [str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    while not (killed / ".stages" / "iter_1__prm.done").exists() and proc.poll() is None:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / ".stages" / "iter_1__policy.done").exists()
+    assert subprocess.run(loop + [str(killed), "--resume"], capture_output=True).returncode == 0
+    for weights in ("iter_1/prm/model.safetensors", "iter_1/policy/model.safetensors"):
+        assert (killed / weights).read_bytes() == (clean / weights).read_bytes(), weights
+
+
 def loop_in_process_and_served(tmp_path: Path, generated_tasks, tiny_policy, backend: dict | None = None) -> Path:
     """The mini loop with `backend: hf` and with `backend` (default: openai, whatever server agent/serving.py
     starts); checks that every eval row and every rollout of the two are equal, and returns the second run's folder."""
