@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,11 +95,16 @@ def tiny_policy(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _default_placement():
-    """A test that places models (`--dtype bfloat16`, a loop's `device:` section) does not leak it into the next."""
+    """A test that places models (`--dtype bfloat16`, a loop's `device:` section, `--threads`) does not leak it into
+    the next."""
+    torch = sys.modules.get("torch")   # not imported here: some tests check a command never imports it
+    threads = torch.get_num_threads() if torch else None
     yield
     from agentprm.models import device
 
-    device._placement, device._training = None, ("no", False)
+    device._placement, device._training, device._threads_chosen = None, ("no", False), False
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 MINI_LOOP_ROWS = [("pi0", 1, None), ("pi1", 1, None), ("pi1", 2, None), ("pi1", 2, "beam2x1"),

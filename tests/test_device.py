@@ -63,3 +63,73 @@ def test_a_bfloat16_loop_runs_end_to_end_on_the_cpu(tmp_path, generated_tasks, t
     for folder in ("iter_1/policy", "iter_1/prm"):
         with safe_open(str(run / folder / "model.safetensors"), "pt") as f:
             assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}, folder
+
+
+@pytest.fixture
+def threads():
+    """torch's thread count as the test found it, restored after."""
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+def test_the_placement_always_sets_torchs_thread_count(monkeypatch, threads):
+    """A count never set computes other numbers than the same count set (bench/thread_numerics.py); the rollouts set
+    it, so a process that resumes a run after its rollouts must have set it too, or it trains to other weights."""
+    from agentprm.models import device
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    use_device(DeviceConfig())
+    assert calls == [threads] and device._threads_chosen is False
+    use_device(DeviceConfig(threads=1))
+    assert calls == [threads, 1] and device._threads_chosen is True
+
+
+def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(monkeypatch, threads):
+    from agentprm.models import device
+
+    monkeypatch.setattr(device, "_cores", lambda: 4)
+    monkeypatch.setattr(device, "_threads_chosen", False)
+    torch.set_num_threads(3)
+    with device.sharing_cores(2):
+        assert torch.get_num_threads() == 2      # 4 cores - 2 workers
+    assert torch.get_num_threads() == 3
+    with device.sharing_cores(1):
+        assert torch.get_num_threads() == 3      # never more than it had
+    with device.sharing_cores(4):
+        assert torch.get_num_threads() == 1      # at least one
+    with pytest.raises(KeyError), device.sharing_cores(8):
+        raise KeyError("restored on the way out of an error too")
+    assert torch.get_num_threads() == 3
+    monkeypatch.setattr(device, "_threads_chosen", True)   # --threads / device.threads: left as chosen
+    with device.sharing_cores(4):
+        assert torch.get_num_threads() == 3
+
+
+def test_rollouts_run_the_model_on_the_cores_the_env_workers_leave(monkeypatch, threads):
+    """The measured failure: the loop's rollouts ran torch's default thread per core beside the env workers, and
+    the stage slowed through the hour (docs/results.md). The engine now limits torch while its workers run."""
+    import toy_env
+
+    from agentprm.agent.policies import RandomAgent
+    from agentprm.envs.base import TaskSpec
+    from agentprm.models import device
+    from agentprm.rollout.engine import episode_jobs, run_episodes
+
+    class Recording(RandomAgent):
+        seen: list[int] = []
+
+        def act(self, states, turns):
+            self.seen.append(torch.get_num_threads())
+            return super().act(states, turns)
+
+    monkeypatch.setattr(device, "_cores", lambda: 2)
+    monkeypatch.setattr(device, "_threads_chosen", False)
+    torch.set_num_threads(2)
+    agent = Recording(0)
+    tasks = [TaskSpec(f"c{i}", "count", "2", env="test-counter") for i in range(3)]
+    episodes = run_episodes(episode_jobs(tasks, 2, 0, 4, "t"), agent, num_envs=4, num_workers=2, progress=False)
+    assert len(episodes) == 6 and all(s.action in toy_env.COMMANDS for e in episodes for s in e.steps)
+    assert agent.seen and set(agent.seen) == {1}
+    assert torch.get_num_threads() == 2

@@ -40,12 +40,8 @@ def make_agent(args: argparse.Namespace):
         return ExpertAgent()
     if args.policy == "random":
         return RandomAgent(args.seed)
-    import torch
-
     from agentprm.agent.lm import LMAgent
 
-    if not args.threads:   # env workers share the cores; more torch threads make every step slower
-        torch.set_num_threads(1)
     return LMAgent.load(args.policy, backend=backend, mode=args.mode, temperature=args.temperature, seed=args.seed,
                         decoding=config_from_args(Decoding, args))
 

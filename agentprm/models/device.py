@@ -10,7 +10,10 @@ torch is imported only when a placement is resolved, so configs and `--help` sta
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 from dataclasses import dataclass
 
 from agentprm.errors import UserError
@@ -48,6 +51,7 @@ def check_device_config(cfg: DeviceConfig, where: str = "device") -> None:
 
 _placement: tuple | None = None    # (torch.device, torch.dtype) of this process, once resolved
 _training: tuple[str, bool] = ("no", False)   # (mixed_precision, gradient_checkpointing) of this process's trainings
+_threads_chosen = False   # the device config set torch's thread count: `sharing_cores` leaves it as it is
 
 
 def use_device(cfg: DeviceConfig) -> tuple:
@@ -76,11 +80,40 @@ def use_device(cfg: DeviceConfig) -> tuple:
         if dtype is torch.float16 and device.type == "cpu":   # trained to "final loss nan" with exit 0 (issue 27)
             raise UserError("dtype float16 on the CPU: its kernels and range there turn training into NaN; use "
                             "bfloat16 or float32")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    global _training
+    # Always set, even to torch's own default: a process whose count was never set computes its matmuls differently
+    # from one where it was (3 AdamW steps of π0 give other weights: bench/thread_numerics.py), and the rollouts set
+    # it (`sharing_cores`) — a run resumed without rollouts would train to other weights than the run it resumes.
+    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    global _training, _threads_chosen
+    _threads_chosen = bool(cfg.threads)
     _placement, _training = (device, dtype), (cfg.mixed_precision, cfg.gradient_checkpointing)
     return _placement
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def sharing_cores(workers: int):
+    """While `workers` env processes run beside this process's model (rollouts, evaluation), torch computes on the
+    cores they leave — at least one — and gets its thread count back after, unless the device config (`threads`,
+    `--threads`) chose one. The engine steps one half of the episodes in the workers while the model thinks for the
+    other half, so both run at once, and torch's default of a thread per core oversubscribes the machine. Measured on
+    2 cores, 2 workers, 12,000 rollouts of π0 on 3,000 games (the same stage, only the thread count differing):
+    torch's 2 threads 69 → 57 rows/s, decaying through the hour; 1 thread 73 → 84 rows/s (docs/results.md). A
+    process that never imported torch runs no model here, and nothing changes."""
+    torch = sys.modules.get("torch")
+    if torch is None or _threads_chosen or workers < 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(before, _cores() - workers)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def training_options() -> tuple[str, bool]:
