@@ -139,6 +139,36 @@ def test_lanes_play_the_same_episodes_as_one_lane(generated_tasks):
     assert actions(2) == one and actions(1, seed=8) != one
 
 
+def test_lanes_split_torchs_threads_between_them(generated_tasks, monkeypatch):
+    """Each lane runs the model at once: 2 lanes with torch's 2 threads each oversubscribed 2 cores (96 s against
+    82 s for 216 games, bench/beam_workers.py). One lane keeps every thread; the count comes back after."""
+    from agentprm.agent.lm import LMAgent
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model, device
+    from agentprm.search import UniformCritic
+
+    class Recording(UniformCritic):
+        def score(self, states, replies):
+            seen.add(torch.get_num_threads())
+            return super().score(states, replies)
+
+    monkeypatch.setattr(device, "_cores", lambda: 4)
+    monkeypatch.setattr(device, "_threads_chosen", False)
+    before = torch.get_num_threads()
+    tok = build_tokenizer()
+    policy = LMAgent(build_model("tiny", tok, seed=0), tok, temperature=1.0, seed=0)
+    tasks = load_tasks(generated_tasks.eval)[:2]
+    try:
+        torch.set_num_threads(4)
+        for lanes, expected in ((2, {2}), (1, {4})):
+            seen: set[int] = set()
+            play_beam(tasks, policy, Recording(1), width=2, expand=2, max_steps=3, workers=lanes)
+            assert seen == expected, lanes
+            assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_forked_agent_samples_its_own_seeded_stream(task):
     from agentprm.agent.lm import LMAgent
     from agentprm.agent.tokenizer import build_tokenizer

@@ -99,6 +99,10 @@ def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(m
         assert torch.get_num_threads() == 3      # never more than it had
     with device.sharing_cores(4):
         assert torch.get_num_threads() == 1      # at least one
+    with device.sharing_cores(0, 2):
+        assert torch.get_num_threads() == 2      # 4 cores between 2 lanes
+    with device.sharing_cores(0, 1):
+        assert torch.get_num_threads() == 3      # one lane, no workers: untouched
     with pytest.raises(KeyError), device.sharing_cores(8):
         raise KeyError("restored on the way out of an error too")
     assert torch.get_num_threads() == 3

@@ -35,6 +35,7 @@ from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.envs.base import TaskSpec, Turn
 from agentprm.envs.pool import EnvPool, open_pool
 from agentprm.envs.registry import env_factory, require_replay
+from agentprm.models.device import sharing_cores
 from agentprm.search.uniform import hash64
 
 
@@ -147,7 +148,8 @@ def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, 
 
     `workers` episodes are played at once, each in a thread with an env worker process of its own, so one
     episode's model forwards run while another waits for its envs (torch and the env pipes release the GIL):
-    216 games with Q1 in 122 s instead of 179 s on 2 cores (bench/beam_workers.py). Every episode samples from its
+    216 games with Q1 in 122 s instead of 179 s on 2 cores (bench/beam_workers.py); the lanes split torch's
+    threads between them (`sharing_cores`: one each on 2 cores, 82 s against 96 s with two each). Every episode samples from its
     own stream (`generator.fork`, seeded by `seed`, the task and the repeat), so the results do not depend on
     `workers` or on timing — and two searches with the same seed draw the same first candidates (common random
     numbers for a paired comparison such as Q vs the uniform control)."""
@@ -170,7 +172,7 @@ def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, 
                                          episode_id=f"{tag}-s{seed}-{task.task_id}-{k}", seed=seed)
 
     lanes = max(1, min(workers, len(jobs)))
-    with ThreadPoolExecutor(lanes) as threads:
+    with sharing_cores(0, lanes), ThreadPoolExecutor(lanes) as threads:
         futures = [threads.submit(lane) for _ in range(lanes)]
         try:
             wait(futures, return_when=FIRST_EXCEPTION)
