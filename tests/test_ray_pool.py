@@ -35,6 +35,7 @@ def test_ray_actors_play_the_same_episodes_as_local_processes(generated_tasks):
     with EnvPool(2, num_slots=4) as local, RayEnvPool(2, num_slots=4) as remote:
         a = run_episodes(jobs, RandomAgent(3), pool=local, progress=False)
         b = run_episodes(jobs, RandomAgent(3), pool=remote, progress=False)
+        assert local.local_workers == remote.local_workers == 2   # the local Ray's actors share this machine's cores
     assert rows(a) == rows(b) and len(a) == generated_tasks.num and not any(e.error for e in b)
     configure_pool("ray")
     try:
@@ -69,3 +70,12 @@ def test_a_killed_actor_costs_only_its_episodes_replayed_once(generated_tasks):
         again = run_episodes(jobs, agent, pool=pool, progress=False)
         assert agent.killed and ray.get(pool._workers[0].handle.pid.remote()) != agent.killed   # replaced
     assert rows(again) == rows(reference) and not any(e.error for e in again)
+
+
+def test_a_clusters_actors_are_not_counted_against_this_machines_cores(monkeypatch):
+    """sharing_cores leaves torch the cores the local env workers do not take; a cluster places its actors."""
+    from agentprm.envs import ray_pool
+
+    monkeypatch.setattr(ray_pool, "ray_init", lambda address="": None)   # the module's local Ray stands in
+    with RayEnvPool(1, address="ray://cluster:10001") as pool:
+        assert pool.num_workers == 1 and pool.local_workers == 0

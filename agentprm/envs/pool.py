@@ -171,6 +171,11 @@ class EnvPool:
         return len(self._workers)
 
     @property
+    def local_workers(self) -> int:
+        """The workers on this machine, competing with its model for the cores (`models/device.py sharing_cores`)."""
+        return self.num_workers
+
+    @property
     def num_slots(self) -> int:
         return len(self._slots)
 

@@ -59,7 +59,13 @@ class RayEnvPool(EnvPool):
 
         ray_init(address)
         self._remote = ray.remote(num_cpus=1, max_restarts=0)(_EnvHost)
+        self._cluster = bool(address)
         super().__init__(num_workers, num_slots=num_slots, timeout=timeout)
+
+    @property
+    def local_workers(self) -> int:
+        """All of them on the local Ray this process started; none counted on a cluster, which places them."""
+        return 0 if self._cluster else self.num_workers
 
     def _start(self) -> _Actor:
         return _Actor(self._remote.remote())

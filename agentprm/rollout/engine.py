@@ -135,7 +135,7 @@ def run_episodes(jobs: Iterable[EpisodeJob], agent: Agent, *, num_envs: int = 8,
     groups = [[s for s in range(num_envs) if not split or (s // num_workers) % 2 == g] for g in range(1 + split)]
     in_flight: dict[int, tuple] = {}   # group -> (ticket, what was sent per slot); gathered oldest first
     with (contextlib.nullcontext(pool) if pool else open_pool(num_workers, num_slots=num_envs)) as pool, \
-            sharing_cores(pool.num_workers), progress_bar(total, description, progress) as bar:
+            sharing_cores(pool.local_workers), progress_bar(total, description, progress) as bar:
         while pending or active or in_flight:
             for g, slots in enumerate(groups):
                 if g in in_flight:
