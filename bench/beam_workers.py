@@ -30,7 +30,7 @@ def main() -> None:
     from agentprm.agent.lm import LMAgent
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.loop.config import load_config
-    from agentprm.models import device
+    from agentprm.models import DeviceConfig, use_device
     from agentprm.prm.loading import load_prm
     from agentprm.search import play_beam
 
@@ -43,8 +43,8 @@ def main() -> None:
     first = None
     print(f"beam {cfg.eval.beam_width}x{cfg.eval.beam_expand} with Q1 on {len(tasks)} games of {args.run}")
     for threads in args.threads:
-        torch.set_num_threads(threads or default)
-        device._threads_chosen = bool(threads)   # as `--threads` would: the play keeps this count
+        torch.set_num_threads(default)
+        use_device(DeviceConfig(device="cpu", threads=threads))   # as `--threads N` would; 0: the default, shared
         baseline = None
         for workers in args.workers:
             start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Whether an explicit `torch.set_num_threads` changes training numerics, and speed, at the same thread count:
-AdamW steps of the bundled π0 on fixed random tokens (seed 0; `--batch` rows of 200) in fresh processes — torch's default count left alone,
-the default set explicitly, and 1 then the default — each printing a hash of the weights after 3 steps and the
-seconds per step of the `--time-steps` that follow. The modes take turns, `--repeats` rounds, one process at a time.
+AdamW steps of the bundled π0 on fixed random tokens (seed 0; `--batch` rows of 200) in fresh processes — torch's
+default count left alone, the default set explicitly, and 1 then the default — each printing a hash of the weights
+after 3 steps and the seconds per step of the `--time-steps` that follow. The modes take turns, `--repeats` rounds, one process at a time.
 
     python bench/thread_numerics.py [--time-steps 40] [--repeats 2] [--batch 4]
 
@@ -27,7 +27,8 @@ from agentprm.agent.lm import LMAgent
 from pathlib import Path
 import agentprm
 torch.manual_seed(0)
-model = LMAgent.load(Path(agentprm.__file__).parent / "assets" / "policy", mode="choose", temperature=1.0, seed=0).backend.model.train()
+policy = Path(agentprm.__file__).parent / "assets" / "policy"
+model = LMAgent.load(policy, mode="choose", temperature=1.0, seed=0).backend.model.train()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 ids = torch.randint(3, 300, (int(sys.argv[3]), 200))
 def step():
@@ -51,16 +52,16 @@ def main() -> None:
     seconds: dict[str, list[float]] = {}
     for round_ in range(args.repeats):
         for mode in ("default", "explicit", "toggled"):
-            out = subprocess.run([sys.executable, "-c", CHILD, mode, str(args.time_steps), str(args.batch)], capture_output=True,
-                                 text=True, check=True)
+            out = subprocess.run([sys.executable, "-c", CHILD, mode, str(args.time_steps), str(args.batch)],
+                                 capture_output=True, text=True, check=True)
             threads, digest, per_step = out.stdout.split()
             seconds.setdefault(mode, []).append(float(per_step))
             print(f"round {round_ + 1} {mode:>8} ({threads} threads): weights {digest}  {1000 * float(per_step):.1f} "
                   f"ms/step", flush=True)
     base = statistics.median(seconds["default"])
     for mode, values in seconds.items():
-        print(f"{mode:>8}: median {1000 * statistics.median(values):.1f} ms/step, {base / statistics.median(values):.2f}x "
-              f"the default's speed", flush=True)
+        median = statistics.median(values)
+        print(f"{mode:>8}: median {1000 * median:.1f} ms/step, {base / median:.2f}x the default's speed", flush=True)
 
 
 if __name__ == "__main__":

@@ -154,19 +154,15 @@ def test_lanes_split_torchs_threads_between_them(generated_tasks, monkeypatch):
 
     monkeypatch.setattr(device, "_cores", lambda: 4)
     monkeypatch.setattr(device, "_threads_chosen", False)
-    before = torch.get_num_threads()
     tok = build_tokenizer()
     policy = LMAgent(build_model("tiny", tok, seed=0), tok, temperature=1.0, seed=0)
     tasks = load_tasks(generated_tasks.eval)[:2]
-    try:
-        torch.set_num_threads(4)
-        for lanes, expected in ((2, {2}), (1, {4})):
-            seen: set[int] = set()
-            play_beam(tasks, policy, Recording(1), width=2, expand=2, max_steps=3, workers=lanes)
-            assert seen == expected, lanes
-            assert torch.get_num_threads() == 4
-    finally:
-        torch.set_num_threads(before)
+    torch.set_num_threads(4)   # given back by conftest's autouse fixture
+    for lanes, expected in ((2, {2}), (1, {4})):
+        seen: set[int] = set()
+        play_beam(tasks, policy, Recording(1), width=2, expand=2, max_steps=3, workers=lanes)
+        assert seen == expected, lanes
+        assert torch.get_num_threads() == 4
 
 
 def test_a_forked_agent_samples_its_own_seeded_stream(task):

@@ -65,20 +65,12 @@ def test_a_bfloat16_loop_runs_end_to_end_on_the_cpu(tmp_path, generated_tasks, t
             assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}, folder
 
 
-@pytest.fixture
-def threads():
-    """torch's thread count as the test found it, restored after."""
-    before = torch.get_num_threads()
-    yield before
-    torch.set_num_threads(before)
-
-
-def test_the_placement_always_sets_torchs_thread_count(monkeypatch, threads):
+def test_the_placement_always_sets_torchs_thread_count(monkeypatch):
     """A count never set computes other numbers than the same count set (bench/thread_numerics.py); the rollouts set
     it, so a process that resumes a run after its rollouts must have set it too, or it trains to other weights."""
     from agentprm.models import device
 
-    calls = []
+    threads, calls = torch.get_num_threads(), []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     use_device(DeviceConfig())
     assert calls == [threads] and device._threads_chosen is False
@@ -86,7 +78,7 @@ def test_the_placement_always_sets_torchs_thread_count(monkeypatch, threads):
     assert calls == [threads, 1] and device._threads_chosen is True
 
 
-def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(monkeypatch, threads):
+def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(monkeypatch):  # conftest's autouse fixture gives torch's count back
     from agentprm.models import device
 
     monkeypatch.setattr(device, "_cores", lambda: 4)
@@ -111,7 +103,7 @@ def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(m
         assert torch.get_num_threads() == 3
 
 
-def test_rollouts_run_the_model_on_the_cores_the_env_workers_leave(monkeypatch, threads):
+def test_rollouts_run_the_model_on_the_cores_the_env_workers_leave(monkeypatch):  # conftest's autouse fixture gives torch's count back
     """The measured failure: the loop's rollouts ran torch's default thread per core beside the env workers, and
     the stage slowed through the hour (docs/results.md). The engine now limits torch while its workers run."""
     import toy_env

@@ -149,9 +149,9 @@ def play_beam(tasks: Sequence[TaskSpec], generator, prm: Critic, *, width: int, 
     `workers` episodes are played at once, each in a thread with an env worker process of its own, so one
     episode's model forwards run while another waits for its envs (torch and the env pipes release the GIL):
     216 games with Q1 in 122 s instead of 179 s on 2 cores (bench/beam_workers.py); the lanes split torch's
-    threads between them (`sharing_cores`: one each on 2 cores, 82 s against 96 s with two each). Every episode samples from its
-    own stream (`generator.fork`, seeded by `seed`, the task and the repeat), so the results do not depend on
-    `workers` or on timing — and two searches with the same seed draw the same first candidates (common random
+    threads between them (`sharing_cores`: one each on 2 cores, 82 s against 96 s with two each). Every episode
+    samples from its own stream (`generator.fork`, seeded by `seed`, the task and the repeat), so the results do not
+    depend on `workers` or on timing — and two searches with the same seed draw the same first candidates (common random
     numbers for a paired comparison such as Q vs the uniform control)."""
     require_replay(tasks, "beam search")
     start = time.monotonic()
