@@ -60,6 +60,24 @@ def test_an_interrupted_rollout_resumes_with_only_the_missing_episodes(policy_di
     assert "would not play" in capsys.readouterr().err
 
 
+def test_a_larger_per_task_with_resume_adds_samples_and_keeps_the_old(policy_dir, generated_tasks, tmp_path):
+    """More rollouts per task on the same games (docs/results.md's 30k point: 4 per game extended to 10): --resume
+    with a larger --per-task plays only the new samples k = old..new-1 of every task and leaves the old ones as
+    they were; the targets of the whole folder then average over all of them."""
+    out = tmp_path / "rollouts"
+    argv = ["rollout", "--policy", str(policy_dir), "--tasks", str(generated_tasks.train), "--out", str(out),
+            "--seed", "1", "--max-steps", "3", "--workers", "1"]
+    assert main([*argv, "--per-task", "1"]) == 0
+    first = {e.episode_id: e for e in iter_episodes(read_trajectories(out))}
+    assert main([*argv, "--per-task", "3", "--resume", "--json", str(tmp_path / "r.json")]) == 0
+    both = {e.episode_id: e for e in iter_episodes(read_trajectories(out))}
+    assert len(first) == generated_tasks.num and len(both) == 3 * generated_tasks.num
+    assert json.loads((tmp_path / "r.json").read_text())["resumed"] == len(first)
+    assert all(both[i].steps == first[i].steps for i in first)
+    assert sorted({i.rsplit("-", 1)[1] for i in set(both) - set(first)}) == ["1", "2"]
+    assert main(["targets", "mc", "--rollouts", str(out), "--out", str(tmp_path / "t.parquet")]) == 0
+
+
 def test_eval_json_has_rate_ci_and_provenance(generated_tasks, tmp_path):
     path = tmp_path / "eval.json"
     rc = main(["eval", "--policy", "expert", "--tasks", str(generated_tasks.eval), "--seed", "0",

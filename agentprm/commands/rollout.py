@@ -1,7 +1,8 @@
 """`agentprm rollout`: play a policy on tasks and write the trajectories as Parquet shards — stage 1 of the loop, with
 the loop's `rollout` section as flags and defaults (loop/config.py `RolloutConfig`). Shards are written every
 SHARD_ROWS rows, so a killed run loses at most the episodes not yet flushed, and `--resume` plays only the episodes
-the folder lacks (episode ids are fixed by tasks, --per-task and --seed; the resumed ones are fresh draws)."""
+the folder lacks (episode ids are fixed by tasks, --per-task and --seed; the resumed ones are fresh draws), so
+a larger --per-task with --resume adds samples per task to a finished rollout."""
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,8 @@ def register(sub) -> None:
     add_config_flags(p, RolloutConfig, only=("per_task", "temperature", "max_steps"))
     p.add_argument("--out", required=True, metavar="DIR", help="output folder for the shards")
     p.add_argument("--resume", action="store_true",
-                   help="--out holds an interrupted rollout of the same tasks, --per-task and --seed: keep its episodes, "
-                        "play the missing ones")
+                   help="--out holds an interrupted rollout of the same tasks, --per-task and --seed: keep its "
+                        "episodes, play the missing ones (a larger --per-task than before adds samples to every task)")
     add_max_errors(p)
     add_device_flags(p)
     add_common(p)
