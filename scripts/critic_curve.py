@@ -32,8 +32,10 @@ saw, as a function of distinct train tasks (and so rollouts), the PRM's objectiv
 Every stage is resumable (StageRunner under --out): a rerun with a larger --tasks list plays only the new games'
 rollouts and trains only the new points. Results: <out>/curve.json and <out>/curve.md (and curve.png).
 `--score PRM [PRM ...]` scores PRMs trained elsewhere on the same held-out states (e.g. bench/iteration_cost.py's
-10k-rollout Q1) and prints their row beside π0's own order, paired, training nothing (on a fresh --out it builds the
-held-out set first; a folder that is not a PRM is refused before that). `--layout-games DIR --tasks 240 1000 3000`
+10k-rollout Q1) and prints their row beside π0's own order and the first PRM given, paired, training nothing (on a
+fresh --out it builds the held-out set first; a folder that is not a PRM is refused before that). A comma-joined
+PRM, `A_s0,A_s1`, is one critic trained with several seeds: its row pools them, paired seed by seed with the first
+critic's. `--layout-games DIR --tasks 240 1000 3000`
 prints the layout prior's data axis: the search–search pairs ranked by where object types start in the first n games
 of DIR (e.g. runs/train-3000 of `agentprm tasks generate`), at each n, training nothing.
 """
@@ -469,14 +471,16 @@ def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str,
     stages.run(f"point_{name}_{tag(n, per_task)}_s{seed}", f"points/{name}/{tag(n, per_task)}/s{seed}", build)
 
 
+@np.errstate(invalid="ignore")
 def pooled(results: list[dict], base: list[dict] | None, boot: int = 2000) -> tuple[float, list, list | None]:
     """Pairwise accuracy pooled over seeds (pairs summed), its 95% bootstrap CI over held-out states (one draw of
-    states for every seed), and the paired difference from `base` (the same states and seeds) with its CI."""
+    states for every seed), and the paired difference from `base` (the same states and seeds) with its CI. A draw of
+    states that holds no pair has no accuracy and is left out (nanquantile; only tiny held-out sets have such)."""
     right = np.array([r["state_right"] for r in results]).sum(0)
     count = np.array([r["state_pairs"] for r in results]).sum(0)
     draw = np.random.default_rng(0).integers(0, len(count), (boot, len(count)))
     acc = lambda rt, c: rt[draw].sum(1) / c[draw].sum(1)  # noqa: E731
-    ci = np.quantile(acc(right, count), [0.025, 0.975]).tolist()
+    ci = np.nanquantile(acc(right, count), [0.025, 0.975]).tolist()
     if base is None:
         return right.sum() / count.sum(), ci, None
     seeds = {r["seed"] for r in results} & {r["seed"] for r in base}
@@ -485,7 +489,7 @@ def pooled(results: list[dict], base: list[dict] | None, boot: int = 2000) -> tu
     b = acc(pick(base, "state_right"), pick(base, "state_pairs"))
     point = (pick(results, "state_right").sum() / pick(results, "state_pairs").sum()
              - pick(base, "state_right").sum() / pick(base, "state_pairs").sum())
-    return right.sum() / count.sum(), ci, [float(point), *np.quantile(a - b, [0.025, 0.975]).tolist()]
+    return right.sum() / count.sum(), ci, [float(point), *np.nanquantile(a - b, [0.025, 0.975]).tolist()]
 
 
 INPUT_TAGS = {"h8": "eight earlier turns − two", "adm": "admissible commands listed − not",
@@ -656,21 +660,36 @@ def report(out: Path, held: tuple) -> None:
     fig.savefig(out / "curve.png", dpi=120)
 
 
-def score_folders(prms: dict, held: tuple) -> None:
-    """PRMs trained elsewhere (a loop's iter_1/prm, bench/iteration_cost.py's 10k-rollout one), by folder, on the
-    held-out states, beside π0's own order of the same commands, paired on the same states."""
+def score_folders(prms: dict[str, list], held: tuple) -> None:
+    """PRMs trained elsewhere (a loop's iter_1/prm, bench/iteration_cost.py's 10k-rollout one), by folder (one per
+    seed, pooled), on the held-out states, beside π0's own order of the same commands and the first critic given
+    (e.g. the same recipe on less data), each paired on the same states and seeds; then the accuracy by pair kind."""
     states, actions, truth = held
     keys = [s.key() for s in states]
-    order = {**ranking(policy_scores(LMAgent.load(DEFAULT_POLICY, mode="choose"), states, actions), truth, keys),
-             "seed": 0}
-    print("| critic | held-out same-state pairwise acc. | 95% CI | Δ vs π0's own order | paired 95% CI |")
-    print("|---|---|---|---|---|")
+    pi0 = policy_scores(LMAgent.load(DEFAULT_POLICY, mode="choose"), states, actions)
+    order = {**ranking(pi0, truth, keys), "seed": 0}
+
+    def kinds(preds: list) -> str:   # pooled over seeds: pairs summed
+        found = [by_pair_kind(pred, truth, states, actions) for pred in preds]
+        return " | ".join(f"{sum(f[k][0] for f in found) / n:.3f}" if (n := sum(f[k][1] for f in found)) else "—"
+                          for k in PAIR_KINDS)
+    print("| critic | held-out same-state pairwise acc. | 95% CI | Δ vs π0's own order | paired 95% CI | Δ vs the "
+          "first critic | paired 95% CI | " + " | ".join(PAIR_KINDS) + " |")
+    print("|---|---|---|---|---|---|---|" + "---|" * len(PAIR_KINDS))
     print(f"| π0's own order (no PRM) | {order['pairwise_accuracy']:.3f} | [{order['ci95'][0]:.3f}, "
-          f"{order['ci95'][1]:.3f}] | | |")
-    for folder, prm in prms.items():
-        found = {**ranking(prm.score(states, actions).numpy(), truth, keys), "seed": 0}
-        acc, ci, (delta, lo, hi) = pooled([found], [order])
-        print(f"| {folder} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {delta:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
+          f"{order['ci95'][1]:.3f}] | | | | | {kinds([np.asarray(pi0)])} |")
+    first = None
+    for name, seeds in prms.items():
+        preds = [prm.score(states, actions).numpy() for prm in seeds]
+        found = [{**ranking(pred, truth, keys), "seed": i} for i, pred in enumerate(preds)]
+        acc, ci, (delta, lo, hi) = pooled(found, [{**order, "seed": i} for i in range(len(found))])
+        vs_first = ""
+        if first is not None:
+            _, _, (d, d_lo, d_hi) = pooled(found, first)
+            vs_first = f"{d:+.3f} | [{d_lo:+.3f}, {d_hi:+.3f}]"
+        first = first or found
+        print(f"| {name} | {acc:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {delta:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+              f"{vs_first or ' | '} | {kinds(preds)} |")
 
 
 def stored_order(states: list) -> list[float]:
@@ -722,16 +741,17 @@ def main() -> None:
                     help="the *-tiny / *-small variants' backbones: SFT on the first GAMES train games' demos for "
                          f"STEPS steps (default {BACKBONE[0]} {BACKBONE[1]})")
     ap.add_argument("--report-only", action="store_true", help="write the tables and plot of the points done")
-    ap.add_argument("--score", type=Path, nargs="+", metavar="PRM", help="score these PRM folders on the held-out "
-                    "states of --out (beside π0's own order, paired) and train nothing")
+    ap.add_argument("--score", nargs="+", metavar="PRM", help="score these PRM folders on the held-out states of "
+                    "--out (beside π0's own order and the first PRM, paired) and train nothing; A_s0,A_s1 = one "
+                    "critic's seeds, pooled")
     ap.add_argument("--layout-games", type=Path, metavar="DIR", help="rank the held-out search–search pairs by the "
                     "layout prior of the first n games of this train split's folder, n each of --tasks, and train "
                     "nothing")
     args = ap.parse_args()
     prms = {}
-    for folder in args.score or []:   # loaded first: a wrong folder fails before the held-out set is built
+    for critic in args.score or []:   # loaded first: a wrong folder fails before the held-out set is built
         try:
-            prms[folder] = load_prm(folder)
+            prms[critic] = [load_prm(Path(folder)) for folder in critic.split(",")]
         except UserError as e:
             raise SystemExit(f"--score: {e}")
     games = []

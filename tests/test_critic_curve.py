@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,16 +87,29 @@ def test_the_curve_study_nests_its_points_and_resumes(tmp_path):
     # --score: a PRM trained elsewhere on the same held-out states, beside π0's order; here a point's own PRM, whose
     # row must be the point's accuracy — scored under a fresh --out, which builds the same seeded held-out set
     # (--score goes before --report-only)
+    # A second folder is also paired with the first: a copy of the same PRM differs from it by exactly 0.
     prm = out / "points" / "soft-bce" / "n6_k2" / "s0" / "prm"
+    shutil.copytree(prm, tmp_path / "copy")
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "scored"), "--states", "12",
-                           "--eval-tasks", "4", "--workers", "2", "--report-only", "--score", str(prm)],
-                          capture_output=True, text=True, timeout=300, env=os.environ)
+                           "--eval-tasks", "4", "--workers", "2", "--report-only", "--score", str(prm),
+                           str(tmp_path / "copy")], capture_output=True, text=True, timeout=300, env=os.environ)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1] for line in done.stdout.splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in done.stdout.splitlines()
             if line.startswith("| ") and not line.startswith("| critic")}
     point = next(p for p in curve["points"] if (p["tasks"], p["rollouts"], p["seed"]) == (6, 12, 0))
-    assert float(rows[str(prm)]) == pytest.approx(point["pairwise_accuracy"], abs=5e-4)
-    assert float(rows["π0's own order (no PRM)"]) == pytest.approx(curve["pi0_order"]["pairwise_accuracy"], abs=5e-4)
+    assert float(rows[str(prm)][0]) == pytest.approx(point["pairwise_accuracy"], abs=5e-4)
+    assert float(rows["π0's own order (no PRM)"][0]) == pytest.approx(curve["pi0_order"]["pairwise_accuracy"],
+                                                                       abs=5e-4)
+    assert rows[str(prm)][4] == "" and rows[str(tmp_path / "copy")][4:6] == ["+0.000", "[+0.000, +0.000]"]
+    assert rows[str(tmp_path / "copy")][:4] == rows[str(prm)][:4] and len(rows[str(prm)]) == 9
+    # Comma-joined folders are one critic's seeds, pooled: two copies of one PRM pool to the same accuracy.
+    both = f"{prm},{tmp_path / 'copy'}"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "scored"), "--states", "12",
+                           "--eval-tasks", "4", "--workers", "2", "--score", str(prm), both],
+                          capture_output=True, text=True, timeout=300, env=os.environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pooled = next(line.split(" | ")[1:] for line in done.stdout.splitlines() if line.startswith(f"| {both} |"))
+    assert pooled[0] == rows[str(prm)][0] and pooled[4] == "+0.000"
 
 
 @pytest.mark.slow

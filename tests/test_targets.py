@@ -19,7 +19,7 @@ from agentprm.data.tables import read_pairs
 from agentprm.data.trajectories import SCHEMA, SORT_KEYS, EpisodeRecord, StepRecord, write_episodes_file
 from agentprm.errors import UserError
 from agentprm.targets.mc import drop_failed_episodes, mc_targets, returns_to_go, state_keys
-from agentprm.targets.pairs import make_pairs
+from agentprm.targets.pairs import make_pairs, pairs_counts
 
 START = "You are in the middle of a room. Looking quickly around you, you see a drawer 1, and a cabinet 1."
 
@@ -142,12 +142,15 @@ def test_the_same_shard_twice_is_an_error(tmp_path, capsys):
 
 def test_pairs_respect_delta_and_stay_within_a_state():
     targets = pa.table({"state_key": ["s", "s", "s", "u"], "action": ["a", "b", "c", "d"], "q": [0.9, 0.5, 0.45, 0.0],
-                        "visits": pa.array([1] * 4, pa.int32()), "task_id": ["t"] * 4, "task_type": ["x"] * 4,
+                        "visits": pa.array([3, 1, 2, 5], pa.int32()), "task_id": ["t"] * 4, "task_type": ["x"] * 4,
                         "episode_id": ["e"] * 4, "turn": pa.array([0] * 4, pa.int32())})
     pairs = make_pairs(targets, delta=0.1).to_pylist()
     assert [(p["chosen"], p["rejected"]) for p in pairs] == [("a", "b"), ("a", "c")]
     assert all(p["q_chosen"] - p["q_rejected"] > 0.1 for p in pairs)
     assert len(make_pairs(targets, delta=0.0)) == 3
+    # (a, c) is the one pair whose two Q̂ both average >= 2 visits; b's is a single return
+    assert pairs_counts(make_pairs(targets, delta=0.0), targets) == {"pairs": 3, "states": 1, "games": 1,
+                                                                     "averaged_pairs": 1}
     with pytest.raises(UserError, match="delta"):
         make_pairs(targets, delta=-1)
 
@@ -164,6 +167,7 @@ def test_cli_targets_and_pairs_round_trip(tmp_path, capsys):
     assert main(["targets", "pairs", "--targets", str(out), "--delta", "0.1", "--out", str(pairs_out)]) == 0
     pairs = read_pairs(pairs_out)
     assert pairs.info["delta"] == 0.1 and pairs.info["rollouts"] == str(rollouts.resolve())
+    assert "2 pairs at 2 states of" in capsys.readouterr().out
     assert {(p["chosen"], p["rejected"]) for p in pairs.table.to_pylist()} == {
         ("go to drawer 1", "go to cabinet 1"), ("take apple 1", "look")}
 

@@ -8,7 +8,7 @@ from agentprm.commands.common import add_common, add_config_flags, write_summary
 from agentprm.data.tables import read_targets, write_with_info
 from agentprm.outputs import declare
 from agentprm.targets.mc import TargetsConfig, targets_from_rollouts
-from agentprm.targets.pairs import make_pairs, pairs_info
+from agentprm.targets.pairs import make_pairs, pairs_counts, pairs_info
 
 
 def register(sub) -> None:
@@ -50,7 +50,9 @@ def run_pairs(args) -> int:
     targets = read_targets(args.targets)
     pairs = make_pairs(targets.table, args.delta)
     write_with_info(args.out, pairs, pairs_info(targets, args.delta))
-    states = len(set(pairs["state_key"].to_pylist()))
-    print(f"{pairs.num_rows} pairs at {states} states (delta {args.delta}) -> {args.out}")
-    write_summary(args, {"pairs": pairs.num_rows, "states": states, "delta": args.delta, "targets": args.targets})
+    counts = pairs_counts(pairs, targets.table)
+    print(f"{counts['pairs']} pairs at {counts['states']} states of {counts['games']} games, "
+          f"{counts['averaged_pairs']} of them with both Q̂ averaged over >= 2 rollouts (delta {args.delta}) -> "
+          f"{args.out}")
+    write_summary(args, {**counts, "delta": args.delta, "targets": args.targets})
     return 0

@@ -41,5 +41,18 @@ def make_pairs(targets: pa.Table, delta: float) -> pa.Table:
     }, schema=PAIRS_SCHEMA)
 
 
+def pairs_counts(pairs: pa.Table, targets: pa.Table) -> dict:
+    """How much same-state signal a pairs table holds: its pairs, the states and games they are at, and how many
+    rest on averaged labels — both Q̂ of the pair a mean over at least 2 rollout visits (a pair of single-visit
+    Q̂s is two sampled returns, not two estimates)."""
+    visits = dict(zip(zip(targets["state_key"].to_pylist(), targets["action"].to_pylist()),
+                      targets["visits"].to_pylist()))
+    keys = pairs["state_key"].to_pylist()
+    averaged = sum(min(visits[(k, a)], visits[(k, b)]) >= 2
+                   for k, a, b in zip(keys, pairs["chosen"].to_pylist(), pairs["rejected"].to_pylist()))
+    return {"pairs": pairs.num_rows, "states": len(set(keys)), "games": len(set(pairs["task_id"].to_pylist())),
+            "averaged_pairs": averaged}
+
+
 def pairs_info(targets: TableFile, delta: float) -> dict:
     return {**targets.info, "kind": "pairs", "targets": str(Path(targets.path).resolve()), "delta": delta}
