@@ -1,7 +1,8 @@
 """Whether an explicit `torch.set_num_threads` changes training numerics, and speed, at the same thread count:
 AdamW steps of the bundled π0 on fixed random tokens (seed 0; `--batch` rows of 200) in fresh processes — torch's
 default count left alone, the default set explicitly, and 1 then the default — each printing a hash of the weights
-after 3 steps and the seconds per step of the `--time-steps` that follow. The modes take turns, `--repeats` rounds, one process at a time.
+after 3 steps and the seconds per step of the `--time-steps` that follow. The modes take turns, `--repeats` rounds,
+one process at a time.
 
     python bench/thread_numerics.py [--time-steps 40] [--repeats 2] [--batch 4]
 

@@ -78,7 +78,8 @@ def test_the_placement_always_sets_torchs_thread_count(monkeypatch):
     assert calls == [threads, 1] and device._threads_chosen is True
 
 
-def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(monkeypatch):  # conftest's autouse fixture gives torch's count back
+def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(monkeypatch):
+    # (conftest's autouse fixture gives torch's thread count back after)
     from agentprm.models import device
 
     monkeypatch.setattr(device, "_cores", lambda: 4)
@@ -103,9 +104,10 @@ def test_sharing_cores_gives_torch_the_cores_the_workers_leave_and_restores_it(m
         assert torch.get_num_threads() == 3
 
 
-def test_rollouts_run_the_model_on_the_cores_the_env_workers_leave(monkeypatch):  # conftest's autouse fixture gives torch's count back
+def test_rollouts_run_the_model_on_the_cores_the_env_workers_leave(monkeypatch):
     """The measured failure: the loop's rollouts ran torch's default thread per core beside the env workers, and
-    the stage slowed through the hour (docs/results.md). The engine now limits torch while its workers run."""
+    the stage slowed through the hour (docs/results.md). The engine now limits torch while its workers run.
+    (conftest's autouse fixture gives torch's thread count back after.)"""
     import toy_env
 
     from agentprm.agent.policies import RandomAgent

@@ -101,10 +101,11 @@ def sharing_cores(workers: int, lanes: int = 1):
     cores they leave — split between `lanes` threads that each run the model at once (beam search), at least one
     each — and gets its thread count back after, unless the device config (`threads`, `--threads`) chose one. The
     engine steps one half of the episodes in the workers while the model thinks for the other half, so both run at
-    once, and torch's default of a thread per core oversubscribes the machine. Measured on 2 cores, 2 workers, 12,000 rollouts of π0 on 3,000 games (the same stage, only the thread count differing):
-    torch's 2 threads 69 → 57 rows/s, decaying through the hour; 1 thread 73 → 84 rows/s (docs/results.md). Beam
-    search's 2 lanes on 2 cores: 96 s with 2 threads each, 82 s with 1, the same episodes (bench/beam_workers.py). A
-    process that never imported torch runs no model here, and nothing changes."""
+    once, and torch's default of a thread per core oversubscribes the machine. Measured on 2 cores, 2 workers,
+    12,000 rollouts of π0 on 3,000 games (the same stage, only the thread count differing): torch's 2 threads
+    69 → 57 rows/s, decaying through the hour; 1 thread 73 → 84 rows/s (docs/results.md). Beam search's 2 lanes on
+    2 cores: 96 s with 2 threads each, 82 s with 1, the same episodes (bench/beam_workers.py). A process that never
+    imported torch runs no model here, and nothing changes."""
     torch = sys.modules.get("torch")
     if torch is None or _threads_chosen or (workers < 1 and lanes <= 1):
         yield
