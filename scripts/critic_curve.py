@@ -434,12 +434,10 @@ def world_model(stages: StageRunner, out: Path, tasks: list, per_task: int) -> P
 
 def policy_scores(agent: LMAgent, states: list, actions: list[str]) -> np.ndarray:
     """log π(a | s) of each (state, command) under a policy: its own ranking of the commands, no critic."""
-    from agentprm.agent.encoding import prompt_ids, reply_ids
     from agentprm.agent.format import format_reply
+    from agentprm.search.policy import log_probs
 
-    prompts = [prompt_ids(agent.tokenizer, s, agent.prompt_cfg) for s in states]
-    scores = agent.backend.score(prompts, [[reply_ids(agent.tokenizer, format_reply(a))] for a in actions])
-    return np.array([float(x[0]) for x in scores])
+    return log_probs(agent, states, [format_reply(a) for a in actions]).numpy()
 
 
 def point(stages: StageRunner, out: Path, tasks: list, per_task: int, name: str, seed: int, held: tuple,

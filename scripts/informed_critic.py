@@ -48,30 +48,15 @@ from agentprm.prm.loading import load_prm
 from agentprm.prm.metrics import pairwise_accuracy
 from agentprm.search import UniformCritic
 from agentprm.search.layout import LayoutCritic, LayoutPrior
+from agentprm.search.policy import PolicyCritic   # π0's own log π: what the layout prior adds without Q
 
 sys.path.insert(0, str(Path(__file__).parent))
-from critic_curve import load_heldout, policy_scores  # noqa: E402  (the study's sibling script)
+from critic_curve import load_heldout  # noqa: E402  (the study's sibling script)
 
 VARIANT = "cont-plackett-luce-prior-adm"     # the curve's best critic (docs/results.md, session 24)
 TRAIN = "train-240"
 WEIGHTS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 15.0, 30.0, 60.0, 120.0)   # the grid w is chosen from
 EVAL_SEED = 1                                # the held-out states' games are eval games of seed 0
-
-
-class PolicyCritic:
-    """π0's own log π(a | s) as a critic's logits: the reference that says what the layout prior adds without Q."""
-    name = "pi0"
-
-    def __init__(self, folder: str | Path):
-        self.agent = LMAgent.load(folder, mode="choose")
-
-    def logits(self, states, replies):
-        import torch
-
-        return torch.from_numpy(policy_scores(self.agent, states, list(replies)))
-
-    def score(self, states, replies):
-        return self.logits(states, replies).sigmoid().float()
 
 
 def policy_gradient(rollouts: Path, out: Path, algo: str, seed: int) -> None:

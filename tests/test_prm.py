@@ -19,7 +19,7 @@ from agentprm.models import build_model
 from agentprm.prm import (PRM_LOSSES, PrmDataConfig, ProcessRewardModel, get_prm_loss, register_prm_loss,
                           split_by_task, train_prm)
 from agentprm.data.tables import write_with_info
-from agentprm.prm.losses import bradley_terry, plackett_luce, soft_bce
+from agentprm.prm.losses import advantage, bradley_terry, plackett_luce, soft_bce
 from agentprm.prm.metrics import bce, pairwise_accuracy, spearman
 from agentprm.targets.mc import targets_from_rollouts
 from agentprm.train.config import TrainConfig
@@ -80,6 +80,22 @@ def test_plackett_luce_matches_hand_computation():
     assert plackett_luce(f, torch.full((4,), 0.5)).numel() == 0     # a state of ties has nothing to learn
     two = plackett_luce(torch.tensor([0.3, 1.2]), torch.tensor([0.9, 0.1]))   # two replies: Bradley-Terry
     assert two.item() == pytest.approx(bradley_terry(torch.tensor([0.3]), torch.tensor([1.2])).item(), rel=1e-6)
+
+
+def test_advantage_loss_matches_hand_computation():
+    # σ(f) = 0.5, 0.5, 0.8: the critic's advantages −0.1, −0.1, +0.2; the targets' (Q̂ 1, 0, 0.5) +0.5, −0.5, 0
+    f, q = torch.tensor([0.0, 0.0, math.log(4.0)]), torch.tensor([1.0, 0.0, 0.5])
+    assert advantage(f, q).tolist() == pytest.approx([0.6 ** 2, 0.4 ** 2, 0.2 ** 2], rel=1e-6)
+    # a critic whose Q is the targets' shifted by a constant has the same advantages: nothing to learn
+    fitted = torch.logit(torch.tensor([0.6, 0.2, 0.45]))
+    assert advantage(fitted, torch.tensor([0.7, 0.3, 0.55])).tolist() == pytest.approx([0, 0, 0], abs=1e-12)
+    # the gradient raises the reply the targets favour and lowers the one they do not, by the gap's size
+    f = torch.zeros(2, requires_grad=True)
+    advantage(f, torch.tensor([0.9, 0.1])).sum().backward()
+    small = torch.zeros(2, requires_grad=True)
+    advantage(small, torch.tensor([0.51, 0.49])).sum().backward()
+    assert f.grad[0] < small.grad[0] < 0 < small.grad[1] < f.grad[1]
+    assert get_prm_loss("advantage").kind == "listwise"
 
 
 def test_packed_logits_equal_one_sequence_per_reply_with_gradients(states_and_replies):

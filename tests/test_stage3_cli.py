@@ -120,3 +120,40 @@ def test_eval_with_a_uniform_critic_is_the_seeded_control(pieces, generated_task
     assert got["search"] == "pi0+beam2x2" and got["episodes"] == 6
     assert got["per_task"] == direct["per_task"] and got["policy_samples"] == direct["policy_samples"]
     assert got["env_steps"] == direct["env_steps"]
+
+
+def test_the_policy_as_critic_scores_its_own_log_pi(pieces, generated_tasks, tmp_path, capsys):
+    """`--prm policy`: Best-of-N ranks the samples by the policy's own log π — for each (state, command) the number
+    choose mode's packed scoring of all the state's admissible commands gives it — and plays; beam search and the
+    expert/random baselines (no model to score with) are one-line errors before any play."""
+    import torch
+
+    from agentprm.agent.encoding import prompt_ids, reply_ids
+    from agentprm.agent.lm import LMAgent
+    from agentprm.agent.replay import episode_states
+    from agentprm.data.trajectories import iter_episodes, read_trajectories
+    from agentprm.search.policy import PolicyCritic
+
+    root, policy, _ = pieces
+    critic, agent = PolicyCritic(policy), LMAgent.load(policy, mode="choose")
+    states = [s for e in iter_episodes(read_trajectories(root / "rollouts")) for s, _ in episode_states(e)
+              if len(s.admissible) > 1][:3]
+    assert states
+    for state in states:
+        commands = list(state.admissible)
+        packed = agent.backend.score([prompt_ids(agent.tokenizer, state, agent.prompt_cfg)],
+                                     [[reply_ids(agent.tokenizer, c) for c in commands]])[0]
+        got = critic.logits([state] * len(commands), commands)
+        torch.testing.assert_close(got, packed.double(), atol=1e-5, rtol=0)
+        assert got.max() < 0 and torch.equal(critic.score([state] * len(commands), commands).argmax(), got.argmax())
+    base = ["eval", "--policy", str(policy), "--tasks", str(generated_tasks.eval), "--max-steps", "2", "--prm",
+            "policy", "--temperature", "1", "--workers", "1"]
+    out = tmp_path / "bon.json"
+    assert main([*base, "--best-of", "2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["episodes"] == generated_tasks.num
+    capsys.readouterr()
+    for extra, message in ((["--beam-width", "2"], "--prm policy ranks one state's replies"),
+                           (["--best-of", "2", "--policy", "expert"], "'expert' has none")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and message in err

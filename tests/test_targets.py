@@ -191,3 +191,33 @@ def test_throughput_bench_agrees_with_the_naive_implementation(tmp_path):
     out = tmp_path / "bench.json"
     assert bench.main(["--episodes", "60", "--tasks", "4", "--max-steps", "12", "--repeat", "1", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["identical"] is True
+
+
+def test_the_first_games_of_a_targets_file_are_the_targets_of_those_games_alone(tmp_path, capsys):
+    """scripts/games_subset.py (rollouts per game at an equal budget): keeping whole games of a targets file gives
+    the targets a rollout of those games alone gives — a state belongs to one game, so its Q̂ and visits are the
+    same — and asking for more games than the file holds is refused before anything is written."""
+    spec = importlib.util.spec_from_file_location("games_subset",
+                                                  Path(__file__).parents[1] / "scripts" / "games_subset.py")
+    subset = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(subset)
+    games = {g: [episode(f"{g}-{e.episode_id}", [(s.observation, s.action, s.reward) for s in e.steps], task_id=g)
+                 for e in sample_episodes(40, seed=i)] for i, g in enumerate(("g2", "g0", "g1"))}
+    every = [e for eps in games.values() for e in eps]
+    rollouts = write_episodes_file(tmp_path / "rollouts.parquet", every)
+    full = tmp_path / "q.parquet"
+    assert main(["targets", "mc", "--rollouts", str(rollouts), "--out", str(full)]) == 0
+    out = tmp_path / "first2.parquet"
+    subset.main(["--targets", str(full), "--games", "2", "--out", str(out)])
+    assert "of 2 games" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="exists"):     # an existing file is never replaced
+        subset.main(["--targets", str(full), "--games", "1", "--out", str(out)])
+    kept = read_targets(out)
+    alone = mc_targets(as_table(games["g0"] + games["g1"]), 0.9)
+    as_dict = lambda t: {(r["state_key"], r["action"]): (round(r["q"], 12), r["visits"], r["task_id"])  # noqa: E731
+                         for r in t.to_pylist()}
+    assert as_dict(kept.table) == as_dict(alone) and {r[2] for r in as_dict(alone).values()} == {"g0", "g1"}
+    assert kept.info["games"] == 2 and kept.info["gamma"] == 0.9
+    assert read_targets(full).table.num_rows > kept.table.num_rows
+    with pytest.raises(SystemExit, match="the targets hold 3 games"):
+        subset.first_games(read_targets(full).table, 4)

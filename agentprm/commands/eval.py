@@ -17,9 +17,10 @@ def register(sub) -> None:
     add_policy_args(p, baselines=True)
     add_config_flags(p, EvalConfig, only=("episodes_per_task", "max_steps"))
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, as the loop evaluates (default 0)")
-    p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search, or "
+    p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search; "
                                                 "'uniform': seeded random scores, the control that says how much "
-                                                "of a search's gain is the PRM's")
+                                                "of a search's gain is the PRM's; or 'policy' (with --best-of): "
+                                                "the --policy model's own log π, the critic-free reference")
     p.add_argument("--layout", metavar="FILE", help="add ALFWorld's layout prior (`agentprm tasks layout` of the train "
                                                     "games) to the critic: logit Q + W·f, f a searching command's "
                                                     "advantage of where the wanted object tends to be")
@@ -45,6 +46,9 @@ def run(args) -> int:
     require((args.layout is None) == (args.layout_weight is None), "--layout and --layout-weight go together")
     require(not args.layout or args.best_of > 1, "--layout ranks one state's replies: it needs --best-of N (beam "
                                                  "search compares different states' scores)")
+    require(args.prm != "policy" or args.best_of > 1, "--prm policy ranks one state's replies: it needs --best-of N")
+    require(args.prm != "policy" or args.policy not in ("expert", "random"),
+            f"--prm policy scores replies by the --policy model's log π; {args.policy!r} has none")
     critic = _critic(args) if searching else None     # a bad PRM folder or layout file: refused before any play
     agent = make_agent(args)
     from agentprm.data.summary import check_env_errors, print_table
@@ -74,6 +78,10 @@ def _critic(args):
         from agentprm.search import UniformCritic
 
         critic = UniformCritic(args.seed)
+    elif args.prm == "policy":
+        from agentprm.search.policy import PolicyCritic
+
+        critic = PolicyCritic(args.policy)
     else:
         from agentprm.prm.loading import load_prm
 

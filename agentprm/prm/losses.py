@@ -85,3 +85,15 @@ def plackett_luce(logits: torch.Tensor, q: torch.Tensor, delta: float = 0.0) -> 
     pool = (beats | torch.eye(len(q), dtype=torch.bool, device=q.device))[rows]
     masked = logits[None, :].expand(len(pool), -1).masked_fill(~pool, float("-inf"))
     return torch.logsumexp(masked, -1) - logits[rows]
+
+
+@register_prm_loss("advantage", kind="listwise")
+def advantage(logits: torch.Tensor, q: torch.Tensor, delta: float = 0.0) -> torch.Tensor:
+    """One term per reply: (A_φ,i − Â_i)², the critic's advantage at the state fitted to the targets' — A_φ,i =
+    σ(f_i) − mean_j σ(f_j), Â_i = Q̂_i − mean_j Q̂_j over the state's replies. Unlike the ranking losses it weighs a
+    gap by its size (a 0.9-vs-0 pair counts more than a 0.73-vs-0.72 one, which Bradley-Terry at δ = 0 learns as
+    firmly), in Q's own units, so there is no scale to choose; the states' values cancel, as in the ranking losses.
+    (`delta` only selects the states, as for every listwise loss: those whose Q̂ spread exceeds it.)"""
+    a_critic = torch.sigmoid(logits)
+    a_critic = a_critic - a_critic.mean()
+    return (a_critic - (q - q.mean())).square()
