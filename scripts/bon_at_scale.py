@@ -11,8 +11,9 @@ own log π (`logpi0`: `--prm policy`, the critic-free reference), by each `--cri
 FOLDER is the seed: the critic of seed s plays eval seed s), and with `--layout` by each of them plus the layout
 prior (`logit Q + w·f`, agentprm/search/layout.py), w chosen per critic and seed from scripts/informed_critic.py's
 grid on the curve's held-out states (whose games none of the eval games is). Rows already played are kept (the
-command is resumable); results: <out>/bon.md, and each row's summary at <out>/<row>/seed<s>/evals/<greedy|bon4>.json,
-the layout scripts/paired_rows.py reads.
+command is resumable); the tables are printed and kept in <out>/bon.json (with provenance; a file there agentprm did
+not write is refused before any play), each row's summary at <out>/<row>/seed<s>/evals/<greedy|bon4>.json, the
+layout scripts/paired_rows.py reads.
 """
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from agentprm.errors import UserError
 from agentprm.eval.paired import comparisons_table, paired_difference
-from agentprm.io import write_json, write_text
+from agentprm.io import provenance, write_json
+from agentprm.outputs import check_output_file
 from agentprm.prm.loading import load_prm
 from agentprm.search.layout import LayoutPrior
 from agentprm.search.policy import PolicyCritic
@@ -35,7 +38,7 @@ from critic_curve import load_heldout  # noqa: E402  (the study's sibling script
 from informed_critic import choose_weight  # noqa: E402
 
 POLICY = "agentprm/assets/policy"
-AGENTPRM = str(Path(sys.executable).parent / "agentprm")
+AGENTPRM = [sys.executable, "-m", "agentprm"]   # the CLI of this interpreter's agentprm
 
 
 def play(out: Path, row: str, seed: int, tasks: Path, *flags: str) -> dict:
@@ -43,7 +46,7 @@ def play(out: Path, row: str, seed: int, tasks: Path, *flags: str) -> dict:
     path = out / row / f"seed{seed}" / "evals" / ("greedy.json" if not flags else "bon4.json")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        command = [AGENTPRM, "eval", "--policy", POLICY, "--tasks", str(tasks), "--seed", str(seed), *flags,
+        command = [*AGENTPRM, "eval", "--policy", POLICY, "--tasks", str(tasks), "--seed", str(seed), *flags,
                    "--json", str(path)]
         print("+", " ".join(command), flush=True)
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -58,6 +61,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--critic", action="append", required=True, metavar="NAME=FOLDER",
                     help="a PRM folder per seed, {seed} in it replaced; repeatable")
+    ap.add_argument("--overwrite", action="store_true", help="replace a bon.json in --out that agentprm did not write")
     ap.add_argument("--layout", type=Path, help="`agentprm tasks layout` of the train games: adds NAME+layout rows")
     args = ap.parse_args()
     critics = {"logpi0": "policy", **dict(c.split("=", 1) for c in args.critic)}
@@ -65,6 +69,11 @@ def main() -> None:
         for seed in args.seeds:
             if not Path(pattern.format(seed=seed)).is_dir():
                 raise SystemExit(f"--critic {name}: {pattern.format(seed=seed)} is not a folder")
+    results = args.out / "bon.json"
+    try:
+        check_output_file(results, "--out ", args.overwrite)
+    except UserError as e:
+        raise SystemExit(str(e))
     held = None
     if args.layout:
         prior = LayoutPrior.load(args.layout)
@@ -108,7 +117,8 @@ def main() -> None:
         lines += ["", "Layout weight w chosen on the held-out states: "
                   + ", ".join(f"{k} {v:g}" for k, v in weights.items())]
     text = "\n".join(lines) + "\n"
-    write_text(args.out / "bon.md", text)
+    write_json(results, {"table": text, "rows": {row: {s: r[s]["success_rate"] for s in r} for row, r in rows.items()},
+                         "comparisons": comps, "weights": weights, "provenance": provenance(vars(args))})
     print(text)
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentprm.data.tables import read_targets, write_with_info
+from agentprm.errors import UserError
 
 
 def first_games(table: pa.Table, games: int) -> pa.Table:
@@ -37,7 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.out.exists():
         raise SystemExit(f"--out {args.out}: exists; choose a new name")
-    source = read_targets(args.targets)
+    try:
+        source = read_targets(args.targets)
+    except UserError as e:   # a missing or malformed file: its one line, not a traceback
+        raise SystemExit(str(e))
     kept = first_games(source.table, args.games)
     info = {**source.info, "subset_of": str(args.targets.resolve()), "games": args.games}
     write_with_info(args.out, kept, info)

@@ -212,6 +212,9 @@ def test_the_first_games_of_a_targets_file_are_the_targets_of_those_games_alone(
     assert "of 2 games" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="exists"):     # an existing file is never replaced
         subset.main(["--targets", str(full), "--games", "1", "--out", str(out)])
+    with pytest.raises(SystemExit, match=r"nope\.parquet"):   # a missing targets file: its one line, nothing written
+        subset.main(["--targets", str(tmp_path / "nope.parquet"), "--games", "1", "--out", str(tmp_path / "x.parquet")])
+    assert not (tmp_path / "x.parquet").exists()
     kept = read_targets(out)
     alone = mc_targets(as_table(games["g0"] + games["g1"]), 0.9)
     as_dict = lambda t: {(r["state_key"], r["action"]): (round(r["q"], 12), r["visits"], r["task_id"])  # noqa: E731

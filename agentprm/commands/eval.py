@@ -49,8 +49,9 @@ def run(args) -> int:
     require(args.prm != "policy" or args.best_of > 1, "--prm policy ranks one state's replies: it needs --best-of N")
     require(args.prm != "policy" or args.policy not in ("expert", "random"),
             f"--prm policy scores replies by the --policy model's log π; {args.policy!r} has none")
-    critic = _critic(args) if searching else None     # a bad PRM folder or layout file: refused before any play
-    agent = make_agent(args)
+    own = make_agent(args) if args.prm == "policy" else None   # the critic is its own log π: one model in memory
+    critic = _critic(args, own) if searching else None   # a bad PRM folder or layout file: refused before any play
+    agent = own if own is not None else make_agent(args)
     from agentprm.data.summary import check_env_errors, print_table
     from agentprm.envs.alfworld.tasks import load_tasks
     from agentprm.eval.play import EvalPlay, play_eval
@@ -73,7 +74,7 @@ def run(args) -> int:
     return 0
 
 
-def _critic(args):
+def _critic(args, policy=None):
     if args.prm == "uniform":
         from agentprm.search import UniformCritic
 
@@ -81,7 +82,7 @@ def _critic(args):
     elif args.prm == "policy":
         from agentprm.search.policy import PolicyCritic
 
-        critic = PolicyCritic(args.policy)
+        critic = PolicyCritic(policy)
     else:
         from agentprm.prm.loading import load_prm
 

@@ -30,10 +30,12 @@ def log_probs(agent: LMAgent, states: Sequence[AgentState], replies: Sequence[st
 
 
 class PolicyCritic:
-    """Scores a reply by the policy's log π (its `logits`; `score` squashes them, the order unchanged)."""
+    """Scores a reply by the policy's log π (its `logits`; `score` squashes them, the order unchanged). Given the
+    agent that samples, it scores with that agent's own model (one copy in memory; log π does not depend on the
+    agent's mode or temperature); given a folder, it loads the policy."""
 
-    def __init__(self, folder: str | Path):
-        self.agent = LMAgent.load(folder, mode="choose")
+    def __init__(self, policy: LMAgent | str | Path):
+        self.agent = policy if isinstance(policy, LMAgent) else LMAgent.load(policy, mode="choose")
         self.name = f"logpi({self.agent.name})"
 
     def logits(self, states: Sequence[AgentState], replies: Sequence[str]) -> torch.Tensor:
