@@ -53,6 +53,24 @@ def play(out: Path, row: str, seed: int, tasks: Path, *flags: str) -> dict:
     return json.loads(path.read_text())
 
 
+def heldout_layout(curve: Path, layout: Path) -> tuple:
+    """The curve's held-out states, their commands and oracle labels, and the layout prior's f of each command."""
+    prior = LayoutPrior.load(layout)
+    states, actions, truth = load_heldout(curve / "heldout")
+    return states, actions, truth, [s.key() for s in states], np.array([prior.advantage(s, a)
+                                                                         for s, a in zip(states, actions)])
+
+
+def layout_weight(fit_file: Path, folder: str, held: tuple) -> float:
+    """The layout prior's w for the critic in `folder` ('policy': π0's log π), chosen on the held-out states by
+    informed_critic.py's grid; kept in `fit_file` and read from it when there."""
+    if not fit_file.exists():
+        states, actions, truth, keys, f = held
+        critic = PolicyCritic(POLICY) if folder == "policy" else load_prm(folder)
+        write_json(fit_file, choose_weight(critic.logits(states, actions).numpy(), f, truth, keys))
+    return json.loads(fit_file.read_text())["weight"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--curve", type=Path, required=True, help="scripts/critic_curve.py's --out (held-out states)")
@@ -74,12 +92,7 @@ def main() -> None:
         check_output_file(results, "--out ", args.overwrite)
     except UserError as e:
         raise SystemExit(str(e))
-    held = None
-    if args.layout:
-        prior = LayoutPrior.load(args.layout)
-        states, actions, truth = load_heldout(args.curve / "heldout")
-        keys = [s.key() for s in states]
-        held = (states, actions, truth, keys, np.array([prior.advantage(s, a) for s, a in zip(states, actions)]))
+    held = heldout_layout(args.curve, args.layout) if args.layout else None
     bon = ("--temperature", "0.7", "--best-of", "4")
     rows: dict[str, dict[int, dict]] = {}
     weights: dict[str, float] = {}
@@ -92,14 +105,8 @@ def main() -> None:
             rows.setdefault(f"Best-of-4, {name}", {})[seed] = play(args.out, name, seed, args.tasks, *bon,
                                                                    "--prm", folder)
             if held:
-                states, actions, truth, keys, f = held
-                fit_file = args.out / "weights" / f"{name}-s{seed}.json"
-                if not fit_file.exists():
-                    critic = PolicyCritic(POLICY) if folder == "policy" else load_prm(folder)
-                    logits = critic.logits(states, actions).numpy()
-                    write_json(fit_file, choose_weight(logits, f, truth, keys))
-                w = json.loads(fit_file.read_text())["weight"]
-                weights[f"{name} s{seed}"] = w
+                w = weights[f"{name} s{seed}"] = layout_weight(args.out / "weights" / f"{name}-s{seed}.json",
+                                                               folder, held)
                 rows.setdefault(f"Best-of-4, {name} + layout", {})[seed] = play(
                     args.out, f"{name}-layout", seed, args.tasks, *bon, "--prm", folder, "--layout", str(args.layout),
                     "--layout-weight", f"{w:g}")

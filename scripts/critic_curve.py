@@ -99,6 +99,8 @@ VARIANTS = {   # the quickstart's PRM, and the same-state objective the levers s
     "bradley-terry": Variant("bradley-terry", epochs=8.0),
     "soft-bce-small": Variant("soft-bce", init="small"),        # ~4 M parameters, from scratch
     "bradley-terry-prior": Variant("bradley-terry", epochs=8.0, prior=1.0),
+    # PQM's comparative loss over each rollout's whole trajectory (prm/pqm.py), the soft-BCE's 2 passes
+    "pqm": Variant("pqm"),
     "cont-bradley-terry": Variant("bradley-terry", epochs=8.0, data="continuation"),
     "cont-bradley-terry-prior": Variant("bradley-terry", epochs=8.0, data="continuation", prior=1.0),
     # listwise: each train state's four labelled commands in one Plackett-Luce term set, one packed row

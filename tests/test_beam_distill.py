@@ -109,3 +109,61 @@ def test_the_loop_reads_every_updates_saved_record():
     # the on-disk layout of runs saved before the registry: still read
     old = {"online_dpo": {"config": {}, "seed": 1, "reference": "r", "history": [], "steered_states": 0}}
     assert UpdateResult.read(old) == UpdateResult("online-dpo", [], {}, 1, "r", {"steered_states": 0})
+
+
+def _distill_study():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    sys.path.insert(0, str(scripts))   # it imports its sibling bon_at_scale.py
+    try:
+        spec = importlib.util.spec_from_file_location("distill_at_scale", scripts / "distill_at_scale.py")
+        study = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(study)
+    finally:
+        sys.path.remove(str(scripts))
+    return study
+
+
+def test_the_distill_study_searches_the_first_games_of_the_train_folder(generated_tasks, tmp_path):
+    """scripts/distill_at_scale.py's search set: the first N games of a task folder, as a task folder of its own
+    that `load_tasks` reads (a game must sit inside its folder: hard links, not symbolic ones), the source untouched;
+    made once (a second call reads it) and more games than the folder holds refused."""
+    import os
+    from pathlib import Path
+
+    study = _distill_study()
+    source = load_tasks(generated_tasks.train)
+    out = study.first_games(generated_tasks.train, 4, tmp_path / "train4")
+    subset = load_tasks(out)
+    assert [t.task_id for t in subset] == [t.task_id for t in source[:4]]
+    game = next(p for p in Path(subset[0].game).iterdir() if p.is_file())
+    original = Path(source[0].game) / game.name
+    assert not game.is_symlink() and os.path.samefile(game, original)
+    assert [t.task_id for t in load_tasks(generated_tasks.train)] == [t.task_id for t in source]
+    assert study.first_games(generated_tasks.train, 4, out) == out and not (tmp_path / "train4.tmp").exists()
+    with pytest.raises(SystemExit, match=f"--games {len(source) + 1}: .* lists {len(source)}"):
+        study.first_games(generated_tasks.train, len(source) + 1, tmp_path / "too-many")
+    assert not (tmp_path / "too-many").exists()
+
+
+def test_the_distill_study_keeps_the_search_episodes_that_beat_greedy_pi0():
+    """`--keep better`: a won search episode is kept where greedy π0 lost that game or won it in more turns; a
+    search that lost, errored, tied greedy's length or played a game greedy did not is left out."""
+    from agentprm.data.trajectories import EpisodeRecord, StepRecord
+
+    def ep(eid, task, turns, won, error=""):
+        steps = [StepRecord(turn=t, observation="o", admissible=(), action="look", done=t == turns - 1,
+                            won=won and t == turns - 1) for t in range(turns)]
+        return EpisodeRecord(eid, task, "pick_and_place_simple", "goal", "pi0", 0, steps, error=error)
+
+    greedy = [ep("g-a", "a", 5, False), ep("g-b", "b", 6, True), ep("g-c", "c", 4, True), ep("g-d", "d", 3, False)]
+    search = [ep("s-a", "a", 9, True),          # greedy lost: kept
+              ep("s-b", "b", 4, True),          # greedy won in 6: kept
+              ep("s-c", "c", 4, True),          # as long as greedy's: not
+              ep("s-d", "d", 3, False),         # lost: not
+              ep("s-d2", "d", 3, True, "env died"),   # errored: not
+              ep("s-e", "e", 2, True)]          # greedy did not play e: not
+    assert [e.episode_id for e in _distill_study().better(search, greedy)] == ["s-a", "s-b"]

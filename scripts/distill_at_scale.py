@@ -1,0 +1,167 @@
+"""π1 by distilling Best-of-4 with a large-regime critic: expert iteration at 1,000+ train games (issue 26,
+deliverable 4's first target, π1 − π0), beside the same update with a uniform critic (rejection fine-tuning on π0's
+own samples: the control) and with π0's own log π as the critic (the critic-free reference).
+
+    python scripts/distill_at_scale.py --train runs/bench-iteration-12k/n12000/tasks/train --games 1000 \
+        --tasks runs/eval216-s1 --curve runs/curve --out runs/distill30k --seeds 0 1 2 \
+        --critic q12k=runs/prm-30k/bt-prior-12k-s{seed} --layout runs/prm-30k/layout-3000.json \
+        --rows uniform logpi0+layout q12k+layout
+
+Each row and seed is three CLI commands (printed as they run): the search, `agentprm eval --best-of 4` of π0 at
+T 0.7 with the row's critic on the first --games train games, writing its episodes; `agentprm sft` of π0 on the won
+ones (the beam-distill recipe of docs/results.md: 300 steps of 16 at lr 1e-4, no renumbered copies); `agentprm eval`
+of that π1, greedy, on the eval games. A row is `uniform`, `logpi0` (π0's log π, `--prm policy`) or a `--critic`
+NAME, each optionally `+layout` (the layout prior, w chosen per critic and seed on the curve's held-out states as
+scripts/bon_at_scale.py chooses it; the search's own per-state rankings, so the prior can be learned only through
+the episodes it wins). The first row is the control every other row is paired with, besides greedy π0. Steps done
+are kept (resumable); the tables are printed and kept in <out>/distill.json (with provenance), each summary at
+<out>/<row>/seed<s>/evals/<search|pi1>.json (scripts/paired_rows.py reads them). `--keep better` distils those
+searches' episodes that beat greedy π0's own episode of the game (played once on the train games) into π1s of its
+own, <out>/<row>/seed<s>/better/, its tables in <out>/distill-better.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from agentprm.data.trajectories import EpisodeRecord, iter_episodes, read_trajectories, write_episodes_file
+from agentprm.envs.alfworld.tasks import MANIFEST, load_tasks
+from agentprm.errors import UserError
+from agentprm.eval.paired import comparisons_table, paired_difference
+from agentprm.io import provenance, write_json, write_text
+from agentprm.outputs import check_output_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bon_at_scale import AGENTPRM, POLICY, heldout_layout, layout_weight  # noqa: E402  (sibling script)
+
+SFT = ("--model", POLICY, "--steps", "300", "--batch-size", "16", "--lr", "1e-4", "--renumber-copies", "0")
+
+
+def first_games(train: Path, games: int, out: Path) -> Path:
+    """A task folder of the first `games` of `train` (hard links: a game must sit inside its tasks folder)."""
+    if (out / MANIFEST).exists():
+        return out
+    lines = (train / MANIFEST).read_text().splitlines()[:games]
+    if len(lines) < games:
+        raise SystemExit(f"--games {games}: {train / MANIFEST} lists {len(lines)}")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)   # our own half-written copy of an interrupted run
+    for line in lines:
+        game = json.loads(line)["game"]
+        shutil.copytree(train / game, tmp / game, copy_function=os.link)
+    write_text(tmp / MANIFEST, "\n".join(lines) + "\n")
+    tmp.rename(out)
+    return out
+
+
+def better(search: list[EpisodeRecord], greedy: list[EpisodeRecord]) -> list[EpisodeRecord]:
+    """The search episodes that beat greedy π0's own episode of their game: won where it lost, or won in fewer
+    turns — what the search knows that π0 does not (a game greedy π0 did not play is left out)."""
+    own = {e.task_id: e for e in greedy}
+    return [e for e in search if e.won and not e.error and e.task_id in own
+            and (not own[e.task_id].won or len(e.steps) < len(own[e.task_id].steps))]
+
+
+def run(summary: Path, *command: str) -> dict:
+    """One CLI command, skipped where its summary exists."""
+    if not summary.exists():
+        summary.parent.mkdir(parents=True, exist_ok=True)
+        command = (*AGENTPRM, *command, "--json", str(summary))
+        print("+", " ".join(command), flush=True)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(summary.read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train", type=Path, required=True, help="the train games (a generated task folder)")
+    ap.add_argument("--games", type=int, default=1000, help="search on the first this-many of them (default 1000)")
+    ap.add_argument("--tasks", type=Path, required=True, help="eval games (none of them a train game)")
+    ap.add_argument("--curve", type=Path, help="scripts/critic_curve.py's --out (held-out states: the layout's w)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--critic", action="append", default=[], metavar="NAME=FOLDER",
+                    help="a PRM folder per seed, {seed} in it replaced; repeatable")
+    ap.add_argument("--layout", type=Path, help="`agentprm tasks layout` of the train games (rows NAME+layout)")
+    ap.add_argument("--rows", nargs="+", default=["uniform", "logpi0+layout"],
+                    help="uniform | logpi0 | a --critic NAME, each optionally +layout; the first is the control")
+    ap.add_argument("--keep", choices=("won", "better"), default="won",
+                    help="the search episodes π1 imitates: every won one (default), or those that beat greedy π0's "
+                         "episode of the same game (won where it lost, or in fewer turns; the searches are shared)")
+    ap.add_argument("--overwrite", action="store_true", help="replace a distill.json in --out agentprm did not write")
+    args = ap.parse_args()
+    critics = {"uniform": "uniform", "logpi0": "policy", **dict(c.split("=", 1) for c in args.critic)}
+    for row in args.rows:   # every row, folder and file checked before anything is played
+        name, _, extra = row.partition("+")
+        if name not in critics or extra not in ("", "layout") or (extra and name == "uniform"):
+            raise SystemExit(f"--rows {row}: expected uniform, logpi0 or one of --critic's names, "
+                             "the last two optionally +layout")
+        if extra and not (args.layout and args.curve):
+            raise SystemExit(f"--rows {row}: +layout needs --layout and --curve")
+        for seed in args.seeds:
+            if critics[name] not in ("uniform", "policy") and not Path(critics[name].format(seed=seed)).is_dir():
+                raise SystemExit(f"--critic {name}: {critics[name].format(seed=seed)} is not a folder")
+    results = args.out / ("distill.json" if args.keep == "won" else f"distill-{args.keep}.json")
+    try:
+        check_output_file(results, "--out ", args.overwrite)
+        load_tasks(args.tasks)
+        load_tasks(args.train)
+    except UserError as e:
+        raise SystemExit(str(e))
+    train = first_games(args.train, args.games, args.out / f"train{args.games}")
+    held = heldout_layout(args.curve, args.layout) if any(r.endswith("+layout") for r in args.rows) else None
+    if args.keep == "better":   # greedy π0 on the train games: deterministic, one play serves every seed
+        run(args.out / "pi0" / "train.json", "eval", "--policy", POLICY, "--tasks", str(train), "--episodes",
+            str(args.out / "pi0" / "train.parquet"))
+        greedy = list(iter_episodes(read_trajectories(args.out / "pi0" / "train.parquet")))
+    rows: dict[str, dict[int, dict]] = {"pi0 (greedy)": {}}
+    search: dict[str, dict[int, dict]] = {}
+    for seed in args.seeds:
+        rows["pi0 (greedy)"][seed] = run(args.out / "pi0" / f"seed{seed}" / "evals" / "pi1.json", "eval", "--policy",
+                                         POLICY, "--tasks", str(args.tasks), "--seed", str(seed))
+        for row in args.rows:
+            name, _, extra = row.partition("+")
+            folder, at = critics[name].format(seed=seed), args.out / row / f"seed{seed}"
+            flags = ["--prm", folder]
+            if extra:
+                w = layout_weight(args.out / "weights" / f"{name}-s{seed}.json", folder, held)
+                flags += ["--layout", str(args.layout), "--layout-weight", f"{w:g}"]
+            search.setdefault(row, {})[seed] = run(
+                at / "evals" / "search.json", "eval", "--policy", POLICY, "--tasks", str(train), "--seed", str(seed),
+                "--temperature", "0.7", "--best-of", "4", *flags, "--episodes", str(at / "search.parquet"))
+            demos = at / "search.parquet"
+            if args.keep == "better":   # the same search, its episodes filtered: a recipe beside the first
+                at, demos = at / "better", at / "better" / "demos.parquet"
+                if not demos.exists():
+                    searched = list(iter_episodes(read_trajectories(at.parent / "search.parquet")))
+                    at.mkdir(exist_ok=True)
+                    write_episodes_file(demos, better(searched, greedy))
+            run(at / "sft.json", "sft", "--demos", str(demos), *SFT, "--seed", str(seed), "--out", str(at / "pi1"))
+            rows.setdefault(f"π1 from {row}", {})[seed] = run(at / "evals" / "pi1.json", "eval", "--policy",
+                                                              str(at / "pi1"), "--tasks", str(args.tasks),
+                                                              "--seed", str(seed))
+    side = lambda row: {s: rows[row][s]["per_task"] for s in rows[row]}  # noqa: E731
+    names = list(rows)
+    pairs = [(row, "pi0 (greedy)") for row in names[1:]] + [(row, names[1]) for row in names[2:]]
+    comps = [{"a": a, "b": b, **paired_difference(side(a), side(b))} for a, b in pairs]
+    rate = lambda r: ", ".join(f"{100 * r[s]['success_rate']:.1f}" for s in args.seeds)  # noqa: E731
+    lines = [f"Seeds {', '.join(map(str, args.seeds))}; search on the first {args.games} games of {args.train}; "
+             f"π1 imitates the {args.keep} search episodes; eval games {args.tasks}.", "",
+             "| row | success % per seed (eval) | its search on the train games, success % per seed |", "|---|---|---|"]
+    lines += [f"| {row} | {rate(r)} | {rate(search[row.removeprefix('π1 from ')]) if row != names[0] else ''} |"
+              for row, r in rows.items()]
+    lines += ["", comparisons_table(comps)]
+    text = "\n".join(lines) + "\n"
+    write_json(results, {"table": text, "rows": {row: {s: r[s]["success_rate"] for s in r} for row, r in rows.items()},
+                         "search": {row: {s: r[s]["success_rate"] for s in r} for row, r in search.items()},
+                         "comparisons": comps, "provenance": provenance(vars(args))})
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
