@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from agentprm.data.trajectories import EpisodeRecord, iter_episodes, read_trajectories, write_episodes_file
@@ -49,8 +50,8 @@ def first_games(train: Path, games: int, out: Path) -> Path:
     lines = (train / MANIFEST).read_text().splitlines()[:games]
     if len(lines) < games:
         raise SystemExit(f"--games {games}: {train / MANIFEST} lists {len(lines)}")
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)   # our own half-written copy of an interrupted run
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))   # a new name: nothing there is replaced
     for line in lines:
         game = json.loads(line)["game"]
         shutil.copytree(train / game, tmp / game, copy_function=os.link)

@@ -143,7 +143,8 @@ def test_the_distill_study_searches_the_first_games_of_the_train_folder(generate
     original = Path(source[0].game) / game.name
     assert not game.is_symlink() and os.path.samefile(game, original)
     assert [t.task_id for t in load_tasks(generated_tasks.train)] == [t.task_id for t in source]
-    assert study.first_games(generated_tasks.train, 4, out) == out and not (tmp_path / "train4.tmp").exists()
+    assert study.first_games(generated_tasks.train, 4, out) == out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train4"]   # no copy left half-made beside it
     with pytest.raises(SystemExit, match=f"--games {len(source) + 1}: .* lists {len(source)}"):
         study.first_games(generated_tasks.train, len(source) + 1, tmp_path / "too-many")
     assert not (tmp_path / "too-many").exists()
