@@ -17,7 +17,8 @@ the episodes it wins). The first row is the control every other row is paired wi
 are kept (resumable); the tables are printed and kept in <out>/distill.json (with provenance), each summary at
 <out>/<row>/seed<s>/evals/<search|pi1>.json (scripts/paired_rows.py reads them). `--keep better` distils those
 searches' episodes that beat greedy π0's own episode of the game (played once on the train games) into π1s of its
-own, <out>/<row>/seed<s>/better/, its tables in <out>/distill-better.json.
+own, <out>/<row>/seed<s>/better/, its tables in <out>/distill-better.json; `--keep best` those and greedy π0's own won
+episode of every other game (<out>/<row>/seed<s>/best/).
 """
 from __future__ import annotations
 
@@ -68,6 +69,17 @@ def better(search: list[EpisodeRecord], greedy: list[EpisodeRecord]) -> list[Epi
             and (not own[e.task_id].won or len(e.steps) < len(own[e.task_id].steps))]
 
 
+def best(search: list[EpisodeRecord], greedy: list[EpisodeRecord]) -> list[EpisodeRecord]:
+    """Per game the better of the search's episode and greedy π0's: the search's where it beat greedy (`better`),
+    else greedy π0's own where it won — the search's corrections, and π0's argmax kept everywhere else."""
+    improved = better(search, greedy)
+    taken = {e.task_id for e in improved}
+    return improved + [e for e in greedy if e.won and not e.error and e.task_id not in taken]
+
+
+KEEP = {"won": None, "better": better, "best": best}   # --keep: what π1 imitates besides every won search episode
+
+
 def run(summary: Path, *command: str) -> dict:
     """One CLI command, skipped where its summary exists."""
     if not summary.exists():
@@ -91,9 +103,10 @@ def main() -> None:
     ap.add_argument("--layout", type=Path, help="`agentprm tasks layout` of the train games (rows NAME+layout)")
     ap.add_argument("--rows", nargs="+", default=["uniform", "logpi0+layout"],
                     help="uniform | logpi0 | a --critic NAME, each optionally +layout; the first is the control")
-    ap.add_argument("--keep", choices=("won", "better"), default="won",
-                    help="the search episodes π1 imitates: every won one (default), or those that beat greedy π0's "
-                         "episode of the same game (won where it lost, or in fewer turns; the searches are shared)")
+    ap.add_argument("--keep", choices=tuple(KEEP), default="won",
+                    help="what π1 imitates: every won search episode (default); better: those that beat greedy "
+                         "π0's episode of the same game (won where it lost, or in fewer turns); best: those, and "
+                         "greedy π0's own won episode of every other game (the searches are shared)")
     ap.add_argument("--overwrite", action="store_true", help="replace a distill.json in --out agentprm did not write")
     args = ap.parse_args()
     critics = {"uniform": "uniform", "logpi0": "policy", **dict(c.split("=", 1) for c in args.critic)}
@@ -116,7 +129,7 @@ def main() -> None:
         raise SystemExit(str(e))
     train = first_games(args.train, args.games, args.out / f"train{args.games}")
     held = heldout_layout(args.curve, args.layout) if any(r.endswith("+layout") for r in args.rows) else None
-    if args.keep == "better":   # greedy π0 on the train games: deterministic, one play serves every seed
+    if args.keep != "won":   # greedy π0 on the train games: deterministic, one play serves every seed
         run(args.out / "pi0" / "train.json", "eval", "--policy", POLICY, "--tasks", str(train), "--episodes",
             str(args.out / "pi0" / "train.parquet"))
         greedy = list(iter_episodes(read_trajectories(args.out / "pi0" / "train.parquet")))
@@ -136,12 +149,12 @@ def main() -> None:
                 at / "evals" / "search.json", "eval", "--policy", POLICY, "--tasks", str(train), "--seed", str(seed),
                 "--temperature", "0.7", "--best-of", "4", *flags, "--episodes", str(at / "search.parquet"))
             demos = at / "search.parquet"
-            if args.keep == "better":   # the same search, its episodes filtered: a recipe beside the first
-                at, demos = at / "better", at / "better" / "demos.parquet"
+            if args.keep != "won":   # the same search, its episodes filtered: a recipe beside the first
+                at, demos = at / args.keep, at / args.keep / "demos.parquet"
                 if not demos.exists():
                     searched = list(iter_episodes(read_trajectories(at.parent / "search.parquet")))
                     at.mkdir(exist_ok=True)
-                    write_episodes_file(demos, better(searched, greedy))
+                    write_episodes_file(demos, KEEP[args.keep](searched, greedy))
             run(at / "sft.json", "sft", "--demos", str(demos), *SFT, "--seed", str(seed), "--out", str(at / "pi1"))
             rows.setdefault(f"π1 from {row}", {})[seed] = run(at / "evals" / "pi1.json", "eval", "--policy",
                                                               str(at / "pi1"), "--tasks", str(args.tasks),

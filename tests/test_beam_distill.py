@@ -152,7 +152,8 @@ def test_the_distill_study_searches_the_first_games_of_the_train_folder(generate
 
 def test_the_distill_study_keeps_the_search_episodes_that_beat_greedy_pi0():
     """`--keep better`: a won search episode is kept where greedy π0 lost that game or won it in more turns; a
-    search that lost, errored, tied greedy's length or played a game greedy did not is left out."""
+    search that lost, errored, tied greedy's length or played a game greedy did not is left out. `--keep best` adds
+    greedy π0's won episode of each game no kept search episode covers."""
     from agentprm.data.trajectories import EpisodeRecord, StepRecord
 
     def ep(eid, task, turns, won, error=""):
@@ -167,4 +168,7 @@ def test_the_distill_study_keeps_the_search_episodes_that_beat_greedy_pi0():
               ep("s-d", "d", 3, False),         # lost: not
               ep("s-d2", "d", 3, True, "env died"),   # errored: not
               ep("s-e", "e", 2, True)]          # greedy did not play e: not
-    assert [e.episode_id for e in _distill_study().better(search, greedy)] == ["s-a", "s-b"]
+    study = _distill_study()
+    assert [e.episode_id for e in study.better(search, greedy)] == ["s-a", "s-b"]
+    # --keep best: those, and greedy π0's own won episode of every game the search did not improve (c; not d: lost)
+    assert [e.episode_id for e in study.best(search, greedy)] == ["s-a", "s-b", "g-c"]
