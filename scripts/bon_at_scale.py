@@ -41,16 +41,36 @@ POLICY = "agentprm/assets/policy"
 AGENTPRM = [sys.executable, "-m", "agentprm"]   # the CLI of this interpreter's agentprm
 
 
+def cli(summary: Path, *command: str) -> dict:
+    """One `agentprm` command (printed as it runs) writing its summary to `summary` (--json), skipped where that
+    exists: what makes these studies resumable."""
+    if not summary.exists():
+        summary.parent.mkdir(parents=True, exist_ok=True)
+        command = (*AGENTPRM, *command, "--json", str(summary))
+        print("+", " ".join(command), flush=True)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(summary.read_text())
+
+
 def play(out: Path, row: str, seed: int, tasks: Path, *flags: str) -> dict:
     """One eval row of one seed through the CLI, skipped where its summary exists."""
     path = out / row / f"seed{seed}" / "evals" / ("greedy.json" if not flags else "bon4.json")
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        command = [*AGENTPRM, "eval", "--policy", POLICY, "--tasks", str(tasks), "--seed", str(seed), *flags,
-                   "--json", str(path)]
-        print("+", " ".join(command), flush=True)
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return json.loads(path.read_text())
+    return cli(path, "eval", "--policy", POLICY, "--tasks", str(tasks), "--seed", str(seed), *flags)
+
+
+def critic_folders(specs: list[str], seeds: list[int]) -> dict[str, str]:
+    """--critic NAME=FOLDER flags as {NAME: FOLDER}, each seed's folder ({seed} in FOLDER replaced) checked before
+    anything is played."""
+    critics = {}
+    for spec in specs:
+        name, sep, pattern = spec.partition("=")
+        if not sep or not name or not pattern:
+            raise SystemExit(f"--critic {spec}: expected NAME=FOLDER")
+        for seed in seeds:
+            if not Path(pattern.format(seed=seed)).is_dir():
+                raise SystemExit(f"--critic {name}: {pattern.format(seed=seed)} is not a folder")
+        critics[name] = pattern
+    return critics
 
 
 def heldout_layout(curve: Path, layout: Path) -> tuple:
@@ -82,11 +102,7 @@ def main() -> None:
     ap.add_argument("--overwrite", action="store_true", help="replace a bon.json in --out that agentprm did not write")
     ap.add_argument("--layout", type=Path, help="`agentprm tasks layout` of the train games: adds NAME+layout rows")
     args = ap.parse_args()
-    critics = {"logpi0": "policy", **dict(c.split("=", 1) for c in args.critic)}
-    for name, pattern in list(critics.items())[1:]:   # every folder checked before anything is played
-        for seed in args.seeds:
-            if not Path(pattern.format(seed=seed)).is_dir():
-                raise SystemExit(f"--critic {name}: {pattern.format(seed=seed)} is not a folder")
+    critics = {"logpi0": "policy", **critic_folders(args.critic, args.seeds)}
     results = args.out / "bon.json"
     try:
         check_output_file(results, "--out ", args.overwrite)

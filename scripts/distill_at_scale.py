@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,7 +38,7 @@ from agentprm.io import provenance, write_json, write_text
 from agentprm.outputs import check_output_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bon_at_scale import AGENTPRM, POLICY, heldout_layout, layout_weight  # noqa: E402  (sibling script)
+from bon_at_scale import POLICY, cli as run, critic_folders, heldout_layout, layout_weight  # noqa: E402
 
 SFT = ("--model", POLICY, "--steps", "300", "--batch-size", "16", "--lr", "1e-4", "--renumber-copies", "0")
 
@@ -80,16 +79,6 @@ def best(search: list[EpisodeRecord], greedy: list[EpisodeRecord]) -> list[Episo
 KEEP = {"won": None, "better": better, "best": best}   # --keep: what π1 imitates besides every won search episode
 
 
-def run(summary: Path, *command: str) -> dict:
-    """One CLI command, skipped where its summary exists."""
-    if not summary.exists():
-        summary.parent.mkdir(parents=True, exist_ok=True)
-        command = (*AGENTPRM, *command, "--json", str(summary))
-        print("+", " ".join(command), flush=True)
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return json.loads(summary.read_text())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train", type=Path, required=True, help="the train games (a generated task folder)")
@@ -109,17 +98,14 @@ def main() -> None:
                          "greedy π0's own won episode of every other game (the searches are shared)")
     ap.add_argument("--overwrite", action="store_true", help="replace a distill.json in --out agentprm did not write")
     args = ap.parse_args()
-    critics = {"uniform": "uniform", "logpi0": "policy", **dict(c.split("=", 1) for c in args.critic)}
-    for row in args.rows:   # every row, folder and file checked before anything is played
+    critics = {"uniform": "uniform", "logpi0": "policy", **critic_folders(args.critic, args.seeds)}
+    for row in args.rows:   # every row and file checked before anything is played
         name, _, extra = row.partition("+")
         if name not in critics or extra not in ("", "layout") or (extra and name == "uniform"):
             raise SystemExit(f"--rows {row}: expected uniform, logpi0 or one of --critic's names, "
                              "the last two optionally +layout")
         if extra and not (args.layout and args.curve):
             raise SystemExit(f"--rows {row}: +layout needs --layout and --curve")
-        for seed in args.seeds:
-            if critics[name] not in ("uniform", "policy") and not Path(critics[name].format(seed=seed)).is_dir():
-                raise SystemExit(f"--critic {name}: {critics[name].format(seed=seed)} is not a folder")
     results = args.out / ("distill.json" if args.keep == "won" else f"distill-{args.keep}.json")
     try:
         check_output_file(results, "--out ", args.overwrite)
@@ -148,13 +134,12 @@ def main() -> None:
             search.setdefault(row, {})[seed] = run(
                 at / "evals" / "search.json", "eval", "--policy", POLICY, "--tasks", str(train), "--seed", str(seed),
                 "--temperature", "0.7", "--best-of", "4", *flags, "--episodes", str(at / "search.parquet"))
-            demos = at / "search.parquet"
+            demos = searched = at / "search.parquet"
             if args.keep != "won":   # the same search, its episodes filtered: a recipe beside the first
                 at, demos = at / args.keep, at / args.keep / "demos.parquet"
                 if not demos.exists():
-                    searched = list(iter_episodes(read_trajectories(at.parent / "search.parquet")))
-                    at.mkdir(exist_ok=True)
-                    write_episodes_file(demos, KEEP[args.keep](searched, greedy))
+                    write_episodes_file(demos, KEEP[args.keep](list(iter_episodes(read_trajectories(searched))),
+                                                               greedy))
             run(at / "sft.json", "sft", "--demos", str(demos), *SFT, "--seed", str(seed), "--out", str(at / "pi1"))
             rows.setdefault(f"π1 from {row}", {})[seed] = run(at / "evals" / "pi1.json", "eval", "--policy",
                                                               str(at / "pi1"), "--tasks", str(args.tasks),
