@@ -18,7 +18,9 @@ are kept (resumable); the tables are printed and kept in <out>/distill.json (wit
 <out>/<row>/seed<s>/evals/<search|pi1>.json (scripts/paired_rows.py reads them). `--keep better` distils those
 searches' episodes that beat greedy π0's own episode of the game (played once on the train games) into π1s of its
 own, <out>/<row>/seed<s>/better/, its tables in <out>/distill-better.json; `--keep best` those and greedy π0's own won
-episode of every other game (<out>/<row>/seed<s>/best/).
+episode of every other game (<out>/<row>/seed<s>/best/); `--keep best --copies K` writes the search's corrections K
+times beside π0's one (<out>/<row>/seed<s>/best-xK/, <out>/distill-best-xK.json): between the two, the corrections at
+K times the anchor's weight per episode.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from agentprm.data.trajectories import EpisodeRecord, iter_episodes, read_trajectories, write_episodes_file
@@ -44,12 +47,16 @@ SFT = ("--model", POLICY, "--steps", "300", "--batch-size", "16", "--lr", "1e-4"
 
 
 def first_games(train: Path, games: int, out: Path) -> Path:
-    """A task folder of the first `games` of `train` (hard links: a game must sit inside its tasks folder)."""
-    if (out / MANIFEST).exists():
-        return out
+    """A task folder of the first `games` of `train` (hard links: a game must sit inside its tasks folder); one made
+    before is reused only if it lists the same games (a rerun with another --train or --games is refused)."""
     lines = (train / MANIFEST).read_text().splitlines()[:games]
     if len(lines) < games:
         raise SystemExit(f"--games {games}: {train / MANIFEST} lists {len(lines)}")
+    if (out / MANIFEST).exists():
+        if (out / MANIFEST).read_text().splitlines() != lines:
+            raise SystemExit(f"{out}: made from other games than the first {games} of {train}; "
+                             "give another --out or move it away")
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))   # a new name: nothing there is replaced
     for line in lines:
@@ -68,12 +75,14 @@ def better(search: list[EpisodeRecord], greedy: list[EpisodeRecord]) -> list[Epi
             and (not own[e.task_id].won or len(e.steps) < len(own[e.task_id].steps))]
 
 
-def best(search: list[EpisodeRecord], greedy: list[EpisodeRecord]) -> list[EpisodeRecord]:
+def best(search: list[EpisodeRecord], greedy: list[EpisodeRecord], copies: int = 1) -> list[EpisodeRecord]:
     """Per game the better of the search's episode and greedy π0's: the search's where it beat greedy (`better`),
-    else greedy π0's own where it won — the search's corrections, and π0's argmax kept everywhere else."""
+    else greedy π0's own where it won — the search's corrections, and π0's argmax kept everywhere else. `copies`
+    writes each correction that many times (renamed: an episode is its id's rows), so SFT weighs it K to 1."""
     improved = better(search, greedy)
     taken = {e.task_id for e in improved}
-    return improved + [e for e in greedy if e.won and not e.error and e.task_id not in taken]
+    copied = [e if k == 0 else replace(e, episode_id=f"{e.episode_id}-x{k}") for e in improved for k in range(copies)]
+    return copied + [e for e in greedy if e.won and not e.error and e.task_id not in taken]
 
 
 KEEP = {"won": None, "better": better, "best": best}   # --keep: what π1 imitates besides every won search episode
@@ -96,6 +105,8 @@ def main() -> None:
                     help="what π1 imitates: every won search episode (default); better: those that beat greedy "
                          "π0's episode of the same game (won where it lost, or in fewer turns); best: those, and "
                          "greedy π0's own won episode of every other game (the searches are shared)")
+    ap.add_argument("--copies", type=int, default=1, metavar="K",
+                    help="with --keep best: each of the search's corrections written K times (default 1)")
     ap.add_argument("--overwrite", action="store_true", help="replace a distill.json in --out agentprm did not write")
     args = ap.parse_args()
     critics = {"uniform": "uniform", "logpi0": "policy", **critic_folders(args.critic, args.seeds)}
@@ -106,7 +117,10 @@ def main() -> None:
                              "the last two optionally +layout")
         if extra and not (args.layout and args.curve):
             raise SystemExit(f"--rows {row}: +layout needs --layout and --curve")
-    results = args.out / ("distill.json" if args.keep == "won" else f"distill-{args.keep}.json")
+    if args.copies < 1 or (args.copies > 1 and args.keep != "best"):
+        raise SystemExit(f"--copies {args.copies}: expected a count >= 1, above 1 only with --keep best")
+    recipe = args.keep + (f"-x{args.copies}" if args.copies > 1 else "")   # its folder and results file
+    results = args.out / ("distill.json" if args.keep == "won" else f"distill-{recipe}.json")
     try:
         check_output_file(results, "--out ", args.overwrite)
         load_tasks(args.tasks)
@@ -136,10 +150,11 @@ def main() -> None:
                 "--temperature", "0.7", "--best-of", "4", *flags, "--episodes", str(at / "search.parquet"))
             demos = searched = at / "search.parquet"
             if args.keep != "won":   # the same search, its episodes filtered: a recipe beside the first
-                at, demos = at / args.keep, at / args.keep / "demos.parquet"
+                at, demos = at / recipe, at / recipe / "demos.parquet"
                 if not demos.exists():
-                    write_episodes_file(demos, KEEP[args.keep](list(iter_episodes(read_trajectories(searched))),
-                                                               greedy))
+                    episodes = list(iter_episodes(read_trajectories(searched)))
+                    write_episodes_file(demos, best(episodes, greedy, args.copies) if args.copies > 1
+                                        else KEEP[args.keep](episodes, greedy))
             run(at / "sft.json", "sft", "--demos", str(demos), *SFT, "--seed", str(seed), "--out", str(at / "pi1"))
             rows.setdefault(f"π1 from {row}", {})[seed] = run(at / "evals" / "pi1.json", "eval", "--policy",
                                                               str(at / "pi1"), "--tasks", str(args.tasks),
@@ -150,7 +165,7 @@ def main() -> None:
     comps = [{"a": a, "b": b, **paired_difference(side(a), side(b))} for a, b in pairs]
     rate = lambda r: ", ".join(f"{100 * r[s]['success_rate']:.1f}" for s in args.seeds)  # noqa: E731
     lines = [f"Seeds {', '.join(map(str, args.seeds))}; search on the first {args.games} games of {args.train}; "
-             f"π1 imitates the {args.keep} search episodes; eval games {args.tasks}.", "",
+             f"π1 imitates the {recipe} search episodes; eval games {args.tasks}.", "",
              "| row | success % per seed (eval) | its search on the train games, success % per seed |", "|---|---|---|"]
     lines += [f"| {row} | {rate(r)} | {rate(search[row.removeprefix('π1 from ')]) if row != names[0] else ''} |"
               for row, r in rows.items()]

@@ -144,6 +144,9 @@ def test_the_distill_study_searches_the_first_games_of_the_train_folder(generate
     assert not game.is_symlink() and os.path.samefile(game, original)
     assert [t.task_id for t in load_tasks(generated_tasks.train)] == [t.task_id for t in source]
     assert study.first_games(generated_tasks.train, 4, out) == out
+    with pytest.raises(SystemExit, match="made from other games than the first 3"):   # not silently reused
+        study.first_games(generated_tasks.train, 3, out)
+    assert [t.task_id for t in load_tasks(out)] == [t.task_id for t in source[:4]]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train4"]   # no copy left half-made beside it
     with pytest.raises(SystemExit, match=f"--games {len(source) + 1}: .* lists {len(source)}"):
         study.first_games(generated_tasks.train, len(source) + 1, tmp_path / "too-many")
@@ -172,3 +175,7 @@ def test_the_distill_study_keeps_the_search_episodes_that_beat_greedy_pi0():
     assert [e.episode_id for e in study.better(search, greedy)] == ["s-a", "s-b"]
     # --keep best: those, and greedy π0's own won episode of every game the search did not improve (c; not d: lost)
     assert [e.episode_id for e in study.best(search, greedy)] == ["s-a", "s-b", "g-c"]
+    # --copies 3: each correction three times under ids of their own (rows group by id), the anchor once
+    copied = study.best(search, greedy, copies=3)
+    assert [e.episode_id for e in copied] == ["s-a", "s-a-x1", "s-a-x2", "s-b", "s-b-x1", "s-b-x2", "g-c"]
+    assert [len(e.steps) for e in copied] == [9, 9, 9, 4, 4, 4, 4] and search[0].episode_id == "s-a"
