@@ -20,7 +20,8 @@ searches' episodes that beat greedy π0's own episode of the game (played once o
 own, <out>/<row>/seed<s>/better/, its tables in <out>/distill-better.json; `--keep best` those and greedy π0's own won
 episode of every other game (<out>/<row>/seed<s>/best/); `--keep best --copies K` writes the search's corrections K
 times beside π0's one (<out>/<row>/seed<s>/best-xK/, <out>/distill-best-xK.json): between the two, the corrections at
-K times the anchor's weight per episode.
+K times the anchor's weight per episode. `--sft-steps N` (default 300) trains each π1 for N steps instead, in a folder
+of its own (<recipe>-sN, except 300 for `won`, which has no folder): more passes over the same demos.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from agentprm.outputs import check_output_file
 sys.path.insert(0, str(Path(__file__).parent))
 from bon_at_scale import POLICY, cli as run, critic_folders, heldout_layout, layout_weight  # noqa: E402
 
-SFT = ("--model", POLICY, "--steps", "300", "--batch-size", "16", "--lr", "1e-4", "--renumber-copies", "0")
+SFT = ("--model", POLICY, "--batch-size", "16", "--lr", "1e-4", "--renumber-copies", "0")   # and --steps
 
 
 def first_games(train: Path, games: int, out: Path) -> Path:
@@ -107,6 +108,8 @@ def main() -> None:
                          "greedy π0's own won episode of every other game (the searches are shared)")
     ap.add_argument("--copies", type=int, default=1, metavar="K",
                     help="with --keep best: each of the search's corrections written K times (default 1)")
+    ap.add_argument("--sft-steps", type=int, default=300, metavar="N",
+                    help="SFT steps of 16 demo steps for each π1 (default 300, the beam-distill recipe)")
     ap.add_argument("--overwrite", action="store_true", help="replace a distill.json in --out agentprm did not write")
     args = ap.parse_args()
     critics = {"uniform": "uniform", "logpi0": "policy", **critic_folders(args.critic, args.seeds)}
@@ -119,7 +122,10 @@ def main() -> None:
             raise SystemExit(f"--rows {row}: +layout needs --layout and --curve")
     if args.copies < 1 or (args.copies > 1 and args.keep != "best"):
         raise SystemExit(f"--copies {args.copies}: expected a count >= 1, above 1 only with --keep best")
-    recipe = args.keep + (f"-x{args.copies}" if args.copies > 1 else "")   # its folder and results file
+    if args.sft_steps < 1 or (args.sft_steps != 300 and args.keep == "won"):
+        raise SystemExit(f"--sft-steps {args.sft_steps}: expected a count >= 1, other than 300 only with --keep")
+    recipe = args.keep + (f"-x{args.copies}" if args.copies > 1 else "") + \
+        (f"-s{args.sft_steps}" if args.sft_steps != 300 else "")   # its folder and results file
     results = args.out / ("distill.json" if args.keep == "won" else f"distill-{recipe}.json")
     try:
         check_output_file(results, "--out ", args.overwrite)
@@ -155,7 +161,8 @@ def main() -> None:
                     episodes = list(iter_episodes(read_trajectories(searched)))
                     write_episodes_file(demos, best(episodes, greedy, args.copies) if args.copies > 1
                                         else KEEP[args.keep](episodes, greedy))
-            run(at / "sft.json", "sft", "--demos", str(demos), *SFT, "--seed", str(seed), "--out", str(at / "pi1"))
+            run(at / "sft.json", "sft", "--demos", str(demos), *SFT, "--steps", str(args.sft_steps),
+                "--seed", str(seed), "--out", str(at / "pi1"))
             rows.setdefault(f"π1 from {row}", {})[seed] = run(at / "evals" / "pi1.json", "eval", "--policy",
                                                               str(at / "pi1"), "--tasks", str(args.tasks),
                                                               "--seed", str(seed))

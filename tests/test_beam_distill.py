@@ -179,3 +179,21 @@ def test_the_distill_study_keeps_the_search_episodes_that_beat_greedy_pi0():
     copied = study.best(search, greedy, copies=3)
     assert [e.episode_id for e in copied] == ["s-a", "s-a-x1", "s-a-x2", "s-b", "s-b-x1", "s-b-x2", "g-c"]
     assert [len(e.steps) for e in copied] == [9, 9, 9, 4, 4, 4, 4] and search[0].episode_id == "s-a"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--keep", "better", "--copies", "2"], "--copies 2: expected a count >= 1, above 1 only with --keep best"),
+    (["--keep", "best", "--copies", "0"], "--copies 0: expected a count >= 1, above 1 only with --keep best"),
+    (["--sft-steps", "600"], "--sft-steps 600: expected a count >= 1, other than 300 only with --keep"),
+])
+def test_the_distill_study_refuses_a_recipe_flag_it_cannot_honour(tmp_path, flags, message):
+    """Checked before anything is read or played: --out stays empty."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "distill_at_scale.py"
+    done = subprocess.run([sys.executable, str(script), "--train", str(tmp_path / "t"), "--tasks", str(tmp_path / "e"),
+                           "--out", str(tmp_path / "out"), "--rows", "uniform", *flags], capture_output=True, text=True)
+    assert done.returncode != 0 and done.stderr.strip().splitlines()[-1] == message
+    assert not (tmp_path / "out").exists()
