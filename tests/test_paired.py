@@ -70,6 +70,23 @@ def test_coverage_near_nominal():
     assert covered >= 50   # nominal 57 of 60; a broken interval (e.g. unscaled, or not resampling) lands far off
 
 
+def test_seeds_on_the_same_tasks_resample_them_together():
+    """Three seeds replaying one seed's outcomes on the same 216 tasks are one seed's evidence: the CI is that seed's
+    exactly (a task drawn in or out for all seeds at once). The same outcomes on three disjoint task sets are three
+    seeds' evidence: the CI narrows by about √3."""
+    a1, b1 = synthetic(5, 216, 0.65, 0.1, seeds=(0,))
+    one = paired_difference(a1, b1, resamples=4000)
+    same = paired_difference({s: a1[0] for s in range(3)}, {s: b1[0] for s in range(3)}, resamples=4000)
+    assert same["delta"] == pytest.approx(one["delta"]) and same["ci95"] == pytest.approx(one["ci95"])
+    assert same["episodes"] == 3 * 216
+    rename = lambda side, s: {f"s{s}-{t}": v for t, v in side[0].items()}  # noqa: E731
+    disjoint = paired_difference({s: rename(a1, s) for s in range(3)}, {s: rename(b1, s) for s in range(3)},
+                                 resamples=4000)
+    width = lambda out: out["ci95"][1] - out["ci95"][0]  # noqa: E731
+    assert disjoint["delta"] == pytest.approx(one["delta"])
+    assert 1.4 < width(one) / width(disjoint) < 2.1    # √3 ≈ 1.73
+
+
 def test_mismatched_tasks_are_refused():
     a, b = synthetic(4, 10, 0.5, 0.1, seeds=(0,))
     del b[0]["t3"]

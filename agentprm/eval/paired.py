@@ -7,7 +7,9 @@ which tasks are easy, and it cancels in the per-task difference. So the differen
 
 and its 95% CI comes from a paired bootstrap: in each of `resamples` draws every seed's tasks are resampled with
 replacement (seeds are strata: each seed keeps its own task count), and Δ is recomputed on the draw; the CI is
-the 2.5 and 97.5 percentiles. Outcomes are per task, as `{seed: {task_id: (wins, episodes)}}` — the `per_task`
+the 2.5 and 97.5 percentiles. Seeds that played the *same* tasks (one eval set for every seed) share their draw: a
+task is in or out for all of them at once, since a task easy for A on one seed is easy on the others — resampled
+per seed, the seeds would count as independent games and the CI would shrink by up to √seeds with no new game. Outcomes are per task, as `{seed: {task_id: (wins, episodes)}}` — the `per_task`
 field of an eval summary (data/summary.py).
 """
 from __future__ import annotations
@@ -45,8 +47,12 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
     delta = float(sum((w * d).sum() for w, d in zip(weights, diffs)) / total)
     rng = np.random.default_rng(seed)
     num, den = np.zeros(resamples), np.zeros(resamples)
-    for d, w in zip(diffs, weights):
-        idx = rng.integers(0, len(d), size=(resamples, len(d)))
+    draws: dict[tuple, np.ndarray] = {}   # one draw per task set: seeds on the same tasks resample them together
+    for s, d, w in zip(sorted(a), diffs, weights):
+        key = tuple(sorted(a[s]))
+        if key not in draws:
+            draws[key] = rng.integers(0, len(d), size=(resamples, len(d)))
+        idx = draws[key]
         num += (w[idx] * d[idx]).sum(1)
         den += w[idx].sum(1)
     lo, hi = np.percentile(num / den, [2.5, 97.5])
