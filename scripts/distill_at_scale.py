@@ -159,7 +159,7 @@ def main() -> None:
                 at, demos = at / recipe, at / recipe / "demos.parquet"
                 if not demos.exists():
                     episodes = list(iter_episodes(read_trajectories(searched)))
-                    write_episodes_file(demos, best(episodes, greedy, args.copies) if args.copies > 1
+                    write_episodes_file(demos, best(episodes, greedy, args.copies) if args.keep == "best"
                                         else KEEP[args.keep](episodes, greedy))
             run(at / "sft.json", "sft", "--demos", str(demos), *SFT, "--steps", str(args.sft_steps),
                 "--seed", str(seed), "--out", str(at / "pi1"))

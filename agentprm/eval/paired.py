@@ -9,8 +9,9 @@ and its 95% CI comes from a paired bootstrap: in each of `resamples` draws every
 replacement (seeds are strata: each seed keeps its own task count), and Δ is recomputed on the draw; the CI is
 the 2.5 and 97.5 percentiles. Seeds that played the *same* tasks (one eval set for every seed) share their draw: a
 task is in or out for all of them at once, since a task easy for A on one seed is easy on the others — resampled
-per seed, the seeds would count as independent games and the CI would shrink by up to √seeds with no new game. Outcomes are per task, as `{seed: {task_id: (wins, episodes)}}` — the `per_task`
-field of an eval summary (data/summary.py).
+per seed, the seeds would count as independent games and the CI would shrink by up to √seeds with no new game.
+Outcomes are per task, as `{seed: {task_id: (wins, episodes)}}` — the `per_task` field of an eval summary
+(data/summary.py).
 """
 from __future__ import annotations
 
