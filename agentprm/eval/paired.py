@@ -31,7 +31,7 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
     "tasks"}. Raises ValueError when a seed or task of one side is missing from the other."""
     if set(a) != set(b):
         raise ValueError(f"paired comparison needs the same seeds on both sides (got {sorted(a)} vs {sorted(b)})")
-    diffs, weights = [], []
+    diffs, weights, task_sets = [], [], []
     for s in sorted(a):
         if set(a[s]) != set(b[s]):
             only = sorted(set(a[s]) ^ set(b[s]))
@@ -44,16 +44,16 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
             raise ValueError(f"seed {s}: a task with no episodes")
         diffs.append(wa / na - wb / nb)
         weights.append((na + nb) / 2)
+        task_sets.append(tuple(tasks))
     total = sum(w.sum() for w in weights)
     delta = float(sum((w * d).sum() for w, d in zip(weights, diffs)) / total)
     rng = np.random.default_rng(seed)
     num, den = np.zeros(resamples), np.zeros(resamples)
     draws: dict[tuple, np.ndarray] = {}   # one draw per task set: seeds on the same tasks resample them together
-    for s, d, w in zip(sorted(a), diffs, weights):
-        key = tuple(sorted(a[s]))
-        if key not in draws:
-            draws[key] = rng.integers(0, len(d), size=(resamples, len(d)))
-        idx = draws[key]
+    for tasks, d, w in zip(task_sets, diffs, weights):
+        if tasks not in draws:
+            draws[tasks] = rng.integers(0, len(d), size=(resamples, len(d)))
+        idx = draws[tasks]
         num += (w[idx] * d[idx]).sum(1)
         den += w[idx].sum(1)
     lo, hi = np.percentile(num / den, [2.5, 97.5])
