@@ -2,6 +2,8 @@
 covers the truth at about its nominal rate, and a loop's rows yield the comparisons they claim."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -232,3 +234,38 @@ def test_play_eval_refuses_a_search_without_a_critic():
         play_eval(object(), [], EvalPlay(), best_of=4)
     with pytest.raises(ValueError, match="need a critic"):
         play_eval(object(), [], EvalPlay(), beam=(2, 2))
+
+
+def test_paired_rows_pools_sweeps_each_game_set_one_sample(tmp_path, capsys, monkeypatch):
+    """scripts/paired_rows.py with --sweep twice: two eval sets of 3 seeds each (every seed of a set on the set's own
+    games) pool into one comparison whose Δ and CI are paired_difference's over the (sweep, seed) strata — the same
+    numbers as one sweep holding both sets' games, each set's seeds sharing a draw."""
+    import importlib.util
+    import json
+    import re
+    import sys
+    spec = importlib.util.spec_from_file_location("paired_rows", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "paired_rows.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    sides = {}
+    for k, sweep in enumerate(("set1", "set2")):
+        a, b = synthetic(10 + k, 216, 0.65, 0.15, seeds=(0,))
+        a, b = ({f"{sweep}-{t}": v for t, v in side[0].items()} for side in (a, b))
+        for s in range(3):
+            for row, per in (("pi1", a), ("pi0", b)):
+                out = tmp_path / sweep / "v" / f"seed{s}" / "evals" / f"{row}.json"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps({"per_task": per}))
+                sides.setdefault(row, {})[(k, s)] = per
+    monkeypatch.setattr(sys, "argv", ["paired_rows.py", "--sweep", str(tmp_path / "set1"), "--sweep",
+                                      str(tmp_path / "set2"), "v/pi1:v/pi0"])
+    script.main()
+    printed = capsys.readouterr().out
+    want = paired_difference(sides["pi1"], sides["pi0"])
+    delta, lo, hi = (float(x) for x in re.search(r": ([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\]", printed).groups())
+    assert (delta, lo, hi) == pytest.approx((100 * want["delta"], *(100 * x for x in want["ci95"])), abs=0.051)
+    assert "1296 episodes" in printed and printed.count("seeds [0, 1, 2]") == 2
+    one = paired_difference({s: sides["pi1"][(0, s)] for s in range(3)}, {s: sides["pi0"][(0, s)] for s in range(3)})
+    width = lambda out: out["ci95"][1] - out["ci95"][0]  # noqa: E731
+    assert 1.2 < width(one) / width(want) < 1.7    # two game sets, not six: ≈ √2, never √6 ≈ 2.4
