@@ -125,7 +125,8 @@ def test_eval_with_a_uniform_critic_is_the_seeded_control(pieces, generated_task
 def test_the_policy_as_critic_scores_its_own_log_pi(pieces, generated_tasks, tmp_path, capsys):
     """`--prm policy`: Best-of-N ranks the samples by the policy's own log π — for each (state, command) the number
     choose mode's packed scoring of all the state's admissible commands gives it — and plays; beam search and the
-    expert/random baselines (no model to score with) are one-line errors before any play."""
+    expert/random baselines (no model to score with) are one-line errors before any play; beam search with it plays
+    what `play_beam` with the policy's own PolicyCritic plays (branches ranked by the log π of their next command)."""
     import torch
 
     from agentprm.agent.encoding import prompt_ids, reply_ids
@@ -152,8 +153,18 @@ def test_the_policy_as_critic_scores_its_own_log_pi(pieces, generated_tasks, tmp
     assert main([*base, "--best-of", "2", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["episodes"] == generated_tasks.num
     capsys.readouterr()
-    for extra, message in ((["--beam-width", "2"], "--prm policy ranks one state's replies"),
-                           (["--best-of", "2", "--policy", "expert"], "'expert' has none")):
-        assert main([*base, *extra]) == 2
-        err = capsys.readouterr().err.strip()
-        assert "\n" not in err and message in err
+    assert main([*base, "--best-of", "2", "--policy", "expert"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'expert' has none" in err
+    from agentprm.envs.alfworld.tasks import load_tasks
+    from agentprm.search import play_beam
+
+    beam = tmp_path / "beam.json"
+    assert main([*base, "--beam-width", "2", "--beam-expand", "2", "--seed", "3", "--json", str(beam)]) == 0
+    got = json.loads(beam.read_text())
+    own = LMAgent.load(policy, temperature=1.0, seed=3)
+    _, direct = play_beam(load_tasks(generated_tasks.eval), own, PolicyCritic(own), width=2, expand=2, max_steps=2,
+                          seed=3, workers=1)
+    assert got["search"] == "pi0+beam2x2" and got["episodes"] == generated_tasks.num
+    assert got["per_task"] == direct["per_task"] and got["prm_scores"] == direct["prm_scores"] > 0
+    assert got["env_steps"] == direct["env_steps"]

@@ -19,8 +19,10 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, as the loop evaluates (default 0)")
     p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search; "
                                                 "'uniform': seeded random scores, the control that says how much "
-                                                "of a search's gain is the PRM's; or 'policy' (with --best-of): "
-                                                "the --policy model's own log π, the critic-free reference")
+                                                "of a search's gain is the PRM's; or 'policy': the --policy "
+                                                "model's own log π, the critic-free reference (Best-of-N acts with "
+                                                "its likeliest sample; beam keeps the branches whose next command "
+                                                "π is surest of)")
     p.add_argument("--layout", metavar="FILE", help="add ALFWorld's layout prior (`agentprm tasks layout` of the train "
                                                     "games) to the critic: logit Q + W·f, f a searching command's "
                                                     "advantage of where the wanted object tends to be")
@@ -46,7 +48,6 @@ def run(args) -> int:
     require((args.layout is None) == (args.layout_weight is None), "--layout and --layout-weight go together")
     require(not args.layout or args.best_of > 1, "--layout ranks one state's replies: it needs --best-of N (beam "
                                                  "search compares different states' scores)")
-    require(args.prm != "policy" or args.best_of > 1, "--prm policy ranks one state's replies: it needs --best-of N")
     require(args.prm != "policy" or args.policy not in ("expert", "random"),
             f"--prm policy scores replies by the --policy model's log π; {args.policy!r} has none")
     own = make_agent(args) if args.prm == "policy" else None   # the critic is its own log π: one model in memory

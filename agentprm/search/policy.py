@@ -5,6 +5,10 @@ is that reference, at no training cost (`agentprm eval --best-of N --prm policy`
 prior added to it — the critic-free row a learned critic plus the prior must beat (docs/results.md, "The statistic
 handed to the critic"). Its logits are log π at temperature 1 (choose mode's packed scoring of each reply), whatever
 temperature the samples were drawn at.
+
+In beam search (`--beam-width K --prm policy`) it ranks branches by how sure π is of each one's next command — a
+probability, so on one scale across states: the critic-free control for what a learned Q adds in ranking *states*,
+beside the uniform critic's control for what more samples add.
 """
 from __future__ import annotations
 
