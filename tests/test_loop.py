@@ -159,6 +159,23 @@ def test_resume_with_more_iterations_extends_a_finished_run(tmp_path, generated_
             rate[f"pi{i}+bon2"] - rate[f"pi{i}+bon2-uniform"])
         assert (f"pi{i}+bon2-uniform", f"pi{i}") in comps
     assert "| pi1 | 1 | BoN-2 (uniform critic) |" in (run / "report.md").read_text()
+    # the critic-free control, π_i's own log π in Q_i's place: again only its rows are new, each search compared with
+    # it, and its Best-of-2 acts with the sample π finds likeliest (search/policy.py)
+    done = {p.name: p.read_text() for p in (run / ".stages").iterdir()}
+    other.write_text(yaml.safe_dump({**cfg, "iterations": 2, "eval": {**cfg["eval"], "best_of_n": [2],
+                                                                       "critic_control": True, "policy_control": True}}))
+    assert main(["loop", "--config", str(other), "--run-dir", str(run), "--resume"]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert [r.get("search", "") for r in results["rows"]] == ["", "", "", "bon2-uniform", "bon2-logpi", "", "",
+                                                              "bon2-uniform", "bon2-logpi"]
+    assert all((run / ".stages" / name).read_text() == text for name, text in done.items())
+    rate = {row_name(r): r["success_rate"] for r in results["rows"]}
+    comps = {(c["a"], c["b"]): c["delta"] for c in results["comparisons"]}
+    for i in (1, 2):
+        assert comps[f"pi{i}+bon2", f"pi{i}+bon2-logpi"] == pytest.approx(
+            rate[f"pi{i}+bon2"] - rate[f"pi{i}+bon2-logpi"])
+        assert (f"pi{i}+bon2-logpi", f"pi{i}") in comps and (f"pi{i}+bon2-logpi", f"pi{i}+bon2-uniform") not in comps
+    assert "| pi1 | 1 | BoN-2 (log π) |" in (run / "report.md").read_text()
 
 
 def check_run(run: Path, tiny_policy: Path) -> None:
@@ -333,16 +350,19 @@ def test_shipped_configs_load(config):
 
 def test_quickstart_yaml_spells_out_the_quickstart():
     """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to what
-    `agentprm quickstart` runs — LoopConfig's defaults but for the train/eval task counts and Best-of-N."""
+    `agentprm quickstart` runs — LoopConfig's defaults but for the train/eval task counts, Best-of-N and the log-π
+    control of its beam."""
     import dataclasses
 
     from agentprm.loop.config import LoopConfig, load_config, quickstart_config
 
     cfg = load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml")
     assert cfg == quickstart_config() and (cfg.tasks.train, cfg.tasks.eval, cfg.eval.best_of_n) == (48, 216, [])
-    assert cfg.eval.beam_width == 2 and cfg.eval.critic_control
+    assert cfg.eval.beam_width == 2 and cfg.eval.critic_control and cfg.eval.policy_control
     default = LoopConfig()
-    assert dataclasses.replace(cfg, tasks=default.tasks, eval=dataclasses.replace(cfg.eval, best_of_n=[4])) == default
+    assert not default.eval.policy_control
+    assert dataclasses.replace(cfg, tasks=default.tasks, eval=dataclasses.replace(
+        cfg.eval, best_of_n=[4], policy_control=False)) == default
     assert quickstart_config(seed=3).seed == 3 and LoopConfig().tasks.train == 24   # the defaults are not touched
 
 

@@ -151,6 +151,21 @@ def test_a_search_is_compared_with_its_uniform_critic_control():
                                                   "beam 2x2 (uniform critic)"]
 
 
+def test_a_search_is_compared_with_each_control_played():
+    """With π's own log π as a second control (`eval.policy_control`), a search claims to beat both controls; each
+    control is compared with its greedy policy only, never with the other control."""
+    from agentprm.eval.paired import search_cell
+
+    beam, uniform, logpi = ({**_row("pi1", 1, 4, wins), "search": s} for wins, s in (
+        ([1, 1, 1, 0], "beam2x2"), ([1, 0, 0, 0], "beam2x2-uniform"), ([1, 1, 0, 0], "beam2x2-logpi")))
+    rows = [_row("pi0", 0, 1, [1, 0, 0, 1]), _row("pi1", 1, 1, [1, 0, 0, 0]), beam, uniform, logpi]
+    got = {(c["a"], c["b"]): c["delta"] for c in comparisons({0: rows}, resamples=200)}
+    assert got == {("pi1", "pi0"): -0.25, ("pi1+beam2x2", "pi1"): 0.5, ("pi1+beam2x2", "pi1+beam2x2-uniform"): 0.5,
+                   ("pi1+beam2x2", "pi1+beam2x2-logpi"): 0.25, ("pi1+beam2x2-uniform", "pi1"): 0.0,
+                   ("pi1+beam2x2-logpi", "pi1"): 0.25}
+    assert search_cell(logpi) == "beam 2x2 (log π)" and search_cell(uniform) == "beam 2x2 (uniform critic)"
+
+
 def test_the_printed_table_shows_a_search_against_its_control(capsys, monkeypatch):
     """The quickstart's table: a search row's "Δ vs" is its uniform-critic control when one was played (the PRM's
     share of the gain), and a row without a control keeps its first claim."""
@@ -165,6 +180,26 @@ def test_the_printed_table_shows_a_search_against_its_control(capsys, monkeypatc
     cells = {acts: [c.strip() for c in line.split("│")[5:8]] for acts, line in lines.items()}
     assert cells["beam 2x2"][1] == "pi1+beam2x2-uniform" and cells["beam 2x2"][2].startswith("+50.0 [")
     assert cells["BoN-4"][1] == "pi1" and cells["beam 2x2 (uniform critic)"][1] == "pi1"
+
+
+def test_the_printed_table_gives_a_search_one_line_per_control(capsys, monkeypatch):
+    """Both controls played: the search's row claims against the uniform critic, and the line under it (its own
+    cells blank) against π's log π."""
+    from agentprm.commands.loop import print_results
+
+    rows = [_row("pi0", 0, 1, [1, 0, 0, 1]), _row("pi1", 1, 1, [1, 0, 0, 0]),
+            {**_row("pi1", 1, 4, [1, 1, 1, 0]), "search": "beam2x2"},
+            {**_row("pi1", 1, 4, [1, 0, 0, 0]), "search": "beam2x2-uniform"},
+            {**_row("pi1", 1, 4, [1, 1, 0, 0]), "search": "beam2x2-logpi"}]
+    monkeypatch.setenv("COLUMNS", "200")
+    print_results(rows, "t", comparisons({0: rows}, resamples=200))
+    lines = [[c.strip() for c in line.split("│")[1:-1]] for line in capsys.readouterr().out.splitlines()
+             if line.count("│") > 8]
+    at = next(k for k, cells in enumerate(lines) if cells[1] == "beam 2x2")
+    assert lines[at][5] == "pi1+beam2x2-uniform" and lines[at][6].startswith("+50.0 [")
+    assert lines[at + 1][:5] == [""] * 5 and lines[at + 1][5] == "pi1+beam2x2-logpi"
+    assert lines[at + 1][6].startswith("+25.0 [")
+    assert lines[at + 3][1] == "beam 2x2 (log π)" and lines[at + 3][5] == "pi1"
 
 
 def test_sweep_compares_each_variant_with_the_first_on_the_same_tasks():

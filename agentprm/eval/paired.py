@@ -64,20 +64,29 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
 
 CONTROL = "-uniform"
 """Suffix of a search row's `search` when the search ran with a uniform critic (`eval.critic_control`)."""
+LOGPI = "-logpi"
+"""Suffix of a search row's `search` when π's own log π ranked it (`eval.policy_control`): the critic-free control."""
+CONTROLS = {CONTROL: "uniform critic", LOGPI: "log π"}
+"""Each control's suffix and how a table names it."""
 
 
-def control_search(r: dict) -> str:
-    """The `search` value of the uniform-critic control of search row `r` ("bon4-uniform", "beam2x2-uniform")."""
-    return (r.get("search") or f"bon{r['best_of_n']}") + CONTROL
+def control_of(r: dict) -> str:
+    """The suffix of the control row `r` is ("-uniform", "-logpi"), or "" for a row that is no control."""
+    return next((s for s in CONTROLS if r.get("search", "").endswith(s)), "")
+
+
+def control_search(r: dict, suffix: str = CONTROL) -> str:
+    """The `search` value of search row `r`'s control with `suffix` ("bon4-uniform", "beam2x2-logpi")."""
+    return (r.get("search") or f"bon{r['best_of_n']}") + suffix
 
 
 def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     """(row, the row it claims to beat) for a loop's rows: π_i vs π_{i-1} and, from i = 2 on, vs π0; every
     Best-of-N or beam row vs its own greedy policy, a beam row also vs Best-of-N with as many samples per turn, and
-    a search with Q_i vs the same search with a uniform critic when that control was played."""
+    a search with Q_i vs the same search with each control that was played (a uniform critic; π_i's own log π)."""
     greedy = {r["iteration"]: r for r in rows if r["best_of_n"] == 1}
     bon = {(r["iteration"], r["best_of_n"]): r for r in rows if r["best_of_n"] > 1 and not r.get("search")}
-    controls = {(r["iteration"], r["search"]): r for r in rows if r.get("search", "").endswith(CONTROL)}
+    controls = {(r["iteration"], r["search"]): r for r in rows if control_of(r)}
     pairs = []
     for r in rows:
         i = r["iteration"]
@@ -86,26 +95,24 @@ def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
             continue
         if i in greedy:
             pairs.append((r, greedy[i]))
-        if r.get("search", "").endswith(CONTROL):
+        if control_of(r):
             continue
         if r.get("search") and (i, r["best_of_n"]) in bon:
             pairs.append((r, bon[i, r["best_of_n"]]))
-        if (i, control_search(r)) in controls:
-            pairs.append((r, controls[i, control_search(r)]))
+        pairs += [(r, controls[i, control_search(r, s)]) for s in CONTROLS if (i, control_search(r, s)) in controls]
     return pairs
 
 
 def search_cell(r: dict) -> str:
     """How a row acts: "greedy", "BoN-4" or "beam 2x2" (samples per turn for the two searches), with
-    " (uniform critic)" for a control row."""
-    search = r.get("search", "")
-    control = search.endswith(CONTROL)
-    search = search.removesuffix(CONTROL)
+    " (uniform critic)" or " (log π)" for a control row."""
+    control = control_of(r)
+    search = r.get("search", "").removesuffix(control)
     if search.startswith("beam"):
         cell = search.replace("beam", "beam ")
     else:
         cell = f"BoN-{r['best_of_n']}" if r["best_of_n"] > 1 else "greedy"
-    return cell + (" (uniform critic)" if control else "")
+    return cell + (f" ({CONTROLS[control]})" if control else "")
 
 
 def row_name(r: dict) -> str:

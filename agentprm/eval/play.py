@@ -50,7 +50,7 @@ class EvalRow:
     iteration: int
     best_of_n: int = 1         # samples per turn: Best-of-N's N, beam search's width × expand
     search: str = ""           # "" (greedy, or Best-of-N with Q_i), "beam2x2", or either with the uniform critic's
-                               # suffix (eval/paired.py CONTROL): "bon4-uniform", "beam2x2-uniform"
+                               # suffix (eval/paired.py CONTROLS): "bon4-uniform", "beam2x2-logpi"
 
     @property
     def stage(self) -> str:

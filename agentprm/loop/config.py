@@ -81,6 +81,8 @@ class EvalConfig:
     beam_expand: int = 2            # replies sampled per branch and turn (width·expand samples a turn, as Best-of-4)
     critic_control: bool = True     # also play every search with a uniform critic, the control that says how much
                                     # of the search's gain is Q_i's (each search row is compared with its control)
+    policy_control: bool = False    # also play every search ranked by π_i's own log π (search/policy.py), the
+                                    # critic-free control: what Q_i adds over π's confidence in its own commands
 
 
 @dataclass
@@ -122,11 +124,11 @@ class LoopConfig:
 def quickstart_config(**top: Any) -> LoopConfig:
     """`agentprm quickstart`'s job (configs/quickstart.yaml spells it out): one AgentPRM iteration from the bundled π0
     with the defaults, at the budget where the PRM's effect is resolved on one seed — 48 train tasks × 6 rollouts,
-    then π0, π1, beam 2x2 with (π1, Q1) and the same beam with a uniform critic on 216 eval games (paired). Best-of-N
-    is left out: Q ranks π's alternatives at one state at chance on unseen games (docs/results.md), and its two rows
-    would cost 4 minutes. `top`: top-level fields (seed, algo, device)."""
+    then π0, π1, beam 2x2 with (π1, Q1), the same beam with a uniform critic and with π1's own log π in Q1's place,
+    on 216 eval games (paired). Best-of-N is left out: Q ranks π's alternatives at one state at chance on unseen games
+    (docs/results.md), and its rows would cost 4 minutes. `top`: top-level fields (seed, algo, device)."""
     cfg = LoopConfig(**top)
-    cfg.tasks.train, cfg.tasks.eval, cfg.eval.best_of_n = 48, 216, []
+    cfg.tasks.train, cfg.tasks.eval, cfg.eval.best_of_n, cfg.eval.policy_control = 48, 216, [], True
     return cfg
 
 

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from agentprm.data.summary import rate_cells  # noqa: E402
-from agentprm.eval.paired import CONTROL, comparisons_table, search_cell  # noqa: E402
+from agentprm.eval.paired import comparisons_table, control_of, search_cell  # noqa: E402
 from agentprm.io import atomic_leftovers, atomic_path, write_text  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def plot_success(rows: list[dict], path: Path) -> None:
     errorbar_ci(ax, [r["iteration"] for r in greedy], greedy, label="policy π_i (greedy)")
     for label in dict.fromkeys(search_cell(r) for r in rows if r["best_of_n"] > 1):
         searched = [r for r in rows if search_cell(r) == label]
-        control = searched[0].get("search", "").endswith(CONTROL)
+        control = control_of(searched[0])
         errorbar_ci(ax, [r["iteration"] + 0.05 for r in searched], searched,
                     label=label if control else f"{label} with Q_i", linestyle="--")
     ax.set(xlabel="iteration", ylabel="success % (95% CI)", title="Success vs iteration", ylim=(0, 100))

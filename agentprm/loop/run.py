@@ -28,7 +28,7 @@ from agentprm.envs.registry import task_generator
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.pool import configure_pool
 from agentprm.errors import UserError
-from agentprm.eval.paired import CONTROL, comparisons
+from agentprm.eval.paired import CONTROL, LOGPI, comparisons
 from agentprm.io import atomic_leftovers, provenance, write_json, write_text
 from agentprm.loop.algos import get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config, load_config
@@ -47,7 +47,7 @@ DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 SHARD_ROWS = 2_000   # rollout rows buffered before a shard is written: what a kill can cost (~100 episodes)
 
 
-SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand", "critic_control")
+SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand", "critic_control", "policy_control")
 """Eval settings a resumed run may change: they pick which Best-of-N and beam rows are evaluated."""
 
 
@@ -242,7 +242,7 @@ class Loop:
     def evaluate_iteration(self, i: int, policy_dir: Path, prm_dir: Path | None, eval_tasks) -> None:
         """π_i greedy, then Best-of-N(π_i, Q_i) for every N in `eval.best_of_n` and beam search (π_i, Q_i) with
         `eval.beam_width` × `eval.beam_expand` (when there is a PRM); with `eval.critic_control` each search again
-        with a uniform critic in Q_i's place."""
+        with a uniform critic in Q_i's place, and with `eval.policy_control` with π_i's own log π in Q_i's place."""
         from agentprm.agent.lm import LMAgent
         from agentprm.eval.play import EvalRow
         from agentprm.search import UniformCritic
@@ -260,6 +260,10 @@ class Loop:
         critics = {"": lambda: load_prm(prm_dir)}     # row suffix -> the critic; "" is Q_i
         if self.cfg.eval.critic_control:
             critics[CONTROL] = lambda: UniformCritic(seed)
+        if self.cfg.eval.policy_control:
+            from agentprm.search.policy import PolicyCritic
+
+            critics[LOGPI] = lambda: PolicyCritic(policy_dir)   # π_i's weights in this process, even if π is served
         w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
         for suffix, critic in critics.items():
             for n in self.cfg.eval.best_of_n:
