@@ -350,19 +350,20 @@ def test_shipped_configs_load(config):
 
 def test_quickstart_yaml_spells_out_the_quickstart():
     """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to what
-    `agentprm quickstart` runs — LoopConfig's defaults but for the train/eval task counts, Best-of-N and the log-π
-    control of its beam."""
+    `agentprm quickstart` runs — LoopConfig's defaults but for the train/eval task counts and Best-of-N; and
+    configs/quickstart-controls.yaml is the same job with the beam's log-π control added."""
     import dataclasses
 
     from agentprm.loop.config import LoopConfig, load_config, quickstart_config
 
     cfg = load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml")
     assert cfg == quickstart_config() and (cfg.tasks.train, cfg.tasks.eval, cfg.eval.best_of_n) == (48, 216, [])
-    assert cfg.eval.beam_width == 2 and cfg.eval.critic_control and cfg.eval.policy_control
+    assert cfg.eval.beam_width == 2 and cfg.eval.critic_control and not cfg.eval.policy_control
     default = LoopConfig()
-    assert not default.eval.policy_control
-    assert dataclasses.replace(cfg, tasks=default.tasks, eval=dataclasses.replace(
-        cfg.eval, best_of_n=[4], policy_control=False)) == default
+    assert dataclasses.replace(cfg, tasks=default.tasks, eval=dataclasses.replace(cfg.eval, best_of_n=[4])) == default
+    controls = load_config(Path(__file__).parents[1] / "configs" / "quickstart-controls.yaml")
+    assert controls.eval.policy_control and dataclasses.replace(
+        controls, eval=dataclasses.replace(controls.eval, policy_control=False)) == cfg
     assert quickstart_config(seed=3).seed == 3 and LoopConfig().tasks.train == 24   # the defaults are not touched
 
 

@@ -124,11 +124,12 @@ class LoopConfig:
 def quickstart_config(**top: Any) -> LoopConfig:
     """`agentprm quickstart`'s job (configs/quickstart.yaml spells it out): one AgentPRM iteration from the bundled π0
     with the defaults, at the budget where the PRM's effect is resolved on one seed — 48 train tasks × 6 rollouts,
-    then π0, π1, beam 2x2 with (π1, Q1), the same beam with a uniform critic and with π1's own log π in Q1's place,
-    on 216 eval games (paired). Best-of-N is left out: Q ranks π's alternatives at one state at chance on unseen games
-    (docs/results.md), and its rows would cost 4 minutes. `top`: top-level fields (seed, algo, device)."""
+    then π0, π1, beam 2x2 with (π1, Q1) and the same beam with a uniform critic on 216 eval games (paired). Best-of-N
+    is left out: Q ranks π's alternatives at one state at chance on unseen games (docs/results.md), and its two rows
+    would cost 4 minutes; so is the beam's log-π control (`eval.policy_control`, configs/quickstart-controls.yaml),
+    whose 2–3 minutes would take a fresh clone past 15. `top`: top-level fields (seed, algo, device)."""
     cfg = LoopConfig(**top)
-    cfg.tasks.train, cfg.tasks.eval, cfg.eval.best_of_n, cfg.eval.policy_control = 48, 216, [], True
+    cfg.tasks.train, cfg.tasks.eval, cfg.eval.best_of_n = 48, 216, []
     return cfg
 
 
