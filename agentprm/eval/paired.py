@@ -71,7 +71,7 @@ CONTROLS = {CONTROL: "uniform critic", LOGPI: "log π"}
 
 
 def control_of(r: dict) -> str:
-    """The suffix of the control row `r` is ("-uniform", "-logpi"), or "" for a row that is no control."""
+    """Which control row `r` is, by its search's suffix ("-uniform", "-logpi"); "" for a row that is no control."""
     return next((s for s in CONTROLS if r.get("search", "").endswith(s)), "")
 
 
