@@ -351,7 +351,7 @@ def test_shipped_configs_load(config):
 def test_quickstart_yaml_spells_out_the_quickstart():
     """docs/results.md runs configs/quickstart.yaml over seeds as "the quickstart": keep it equal to what
     `agentprm quickstart` runs — LoopConfig's defaults but for the train/eval task counts and Best-of-N; and
-    configs/quickstart-controls.yaml is the same job with the beam's log-π control added."""
+    configs/quickstart-controls.yaml is the same job with the log-π control and Best-of-4 added."""
     import dataclasses
 
     from agentprm.loop.config import LoopConfig, load_config, quickstart_config
@@ -362,8 +362,8 @@ def test_quickstart_yaml_spells_out_the_quickstart():
     default = LoopConfig()
     assert dataclasses.replace(cfg, tasks=default.tasks, eval=dataclasses.replace(cfg.eval, best_of_n=[4])) == default
     controls = load_config(Path(__file__).parents[1] / "configs" / "quickstart-controls.yaml")
-    assert controls.eval.policy_control and dataclasses.replace(
-        controls, eval=dataclasses.replace(controls.eval, policy_control=False)) == cfg
+    assert controls.eval.policy_control and controls.eval.best_of_n == [4] and dataclasses.replace(
+        controls, eval=dataclasses.replace(controls.eval, policy_control=False, best_of_n=[])) == cfg
     assert quickstart_config(seed=3).seed == 3 and LoopConfig().tasks.train == 24   # the defaults are not touched
 
 
