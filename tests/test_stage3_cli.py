@@ -124,9 +124,9 @@ def test_eval_with_a_uniform_critic_is_the_seeded_control(pieces, generated_task
 
 def test_the_policy_as_critic_scores_its_own_log_pi(pieces, generated_tasks, tmp_path, capsys):
     """`--prm policy`: Best-of-N ranks the samples by the policy's own log π — for each (state, command) the number
-    choose mode's packed scoring of all the state's admissible commands gives it — and plays; beam search and the
-    expert/random baselines (no model to score with) are one-line errors before any play; beam search with it plays
-    what `play_beam` with the policy's own PolicyCritic plays (branches ranked by the log π of their next command)."""
+    choose mode's packed scoring of all the state's admissible commands gives it — and plays; the expert/random
+    baselines (no model to score with) are one-line errors before any play; beam search with it plays what
+    `play_beam` with the policy's own PolicyCritic plays (branches ranked by the log π of their next command)."""
     import torch
 
     from agentprm.agent.encoding import prompt_ids, reply_ids

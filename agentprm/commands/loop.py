@@ -78,23 +78,25 @@ def print_results(rows: list[dict], title: str, comparisons: list[dict] = ()) ->
 
     # a row's claim: π_i vs π_{i-1}; a search vs each control that was played (a uniform critic: the PRM's share;
     # π's own log π: what the PRM adds over the critic-free ranker), one line each, else vs its policy
-    against: dict[str, list[dict]] = {}
+    vs_controls: dict[str, list[dict]] = {}
+    first: dict[str, dict] = {}
     for c in comparisons:
         if c["b"].endswith(tuple(CONTROLS)):
-            against[c["a"]] = [*(x for x in against.get(c["a"], []) if x["b"].endswith(tuple(CONTROLS))), c]
-        elif c["a"] not in against:
-            against[c["a"]] = [c]
+            vs_controls.setdefault(c["a"], []).append(c)
+        else:
+            first.setdefault(c["a"], c)
     table = Table(title=escape(title))
     for col in ("policy", "acts by", "success", "95% CI", "eps", "Δ vs", "paired Δ [95% CI]", "≠ 0"):
         table.add_column(col, justify="right", no_wrap=col.startswith("paired"))
     for r in rows:
         lo, hi = r["ci95"]
-        claims = against.get(row_name(r)) or [None]
-        for k, c in enumerate(claims):
-            rate, ci = f"{100 * r['success_rate']:.1f}%", f"[{100 * lo:.0f}, {100 * hi:.0f}]"
-            cells = (r["policy"], search_cell(r), rate, ci, str(r["episodes"])) if k == 0 else ("",) * 5
+        name = row_name(r)
+        cells = (r["policy"], search_cell(r), f"{100 * r['success_rate']:.1f}%", f"[{100 * lo:.0f}, {100 * hi:.0f}]",
+                 str(r["episodes"]))
+        for c in vs_controls.get(name) or [first.get(name)]:
             table.add_row(*cells, c["b"] if c else "", delta_cell(c) if c else "",
                           ("yes" if resolved(c) else "no") if c else "")
+            cells = ("",) * 5   # a second claim's line leaves the row's own cells blank
     console = Console(width=max(Console().width, 120))   # a log file or pipe gets 80 columns: the CIs wrapped, and
     # at 100 the control's name ("pi1+beam2x2-uniform") was cut
     console.print(table)
