@@ -73,8 +73,8 @@ def policy_gradient(rollouts: Path, out: Path, algo: str, seed: int) -> None:
     cfg = PolicyGradientConfig()
     model, tokenizer, prompt = (load_causal_lm(DEFAULT_POLICY), load_tokenizer(DEFAULT_POLICY),
                                 PromptConfig.load(DEFAULT_POLICY))
-    history = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)), cfg, 0.0,
-                                    seed, progress=False, gigpo=algo == "gigpo")
+    history = train_policy_gradient(model, tokenizer, prompt, iter_episodes(read_trajectories(rollouts)), cfg, algo,
+                                    seed, progress=False)
     result = UpdateResult(POLICY_GRADIENT, history, cfg.to_dict(), seed, str(DEFAULT_POLICY), {"advantages": algo})
     save_policy(model, tokenizer, out, prompt, **result.meta())
 

@@ -7,8 +7,9 @@ its control):
 
 Each argument is A:B with A, B = <variant>/<eval row> (the row's file <sweep>/<variant>/seed<k>/evals/<row>.json,
 e.g. pi1, pi1_bon4, pi1_beam2x2) or <variant>/<path> for any other eval summary under the seed folder, without
-.json (scripts/update_ceiling.py's rows: continuation-240/ceiling/evals/expert). Prints Δ success (A − B) in points with its paired bootstrap 95% CI (tasks
-resampled within seeds, eval/paired.py) and the seeds and episodes it covers.
+.json (scripts/update_ceiling.py's rows: continuation-240/ceiling/evals/expert). Prints Δ success (A − B) in points with its paired bootstrap 95% CI (seeds
+resampled, then tasks within each seed — a claim about the training method; `--tasks-only` holds the seeds fixed,
+a claim about these trained runs; eval/paired.py) and the seeds and episodes it covers.
 
 `--sweep` given more than once pools the sweeps: the same rows of several folders — typically the same policies
 played on several eval sets — count as one comparison, each (sweep, seed) a stratum, and the seeds of one sweep that
@@ -32,6 +33,8 @@ def main() -> None:
                     help="a sweep folder; repeat it to pool several (e.g. one per eval set)")
     ap.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=[0, 1, 2],
                     help="comma-separated, e.g. 0,1 (default 0,1,2: those the rows have)")
+    ap.add_argument("--tasks-only", action="store_true",
+                    help="resample tasks within fixed seeds (these runs), not seeds then tasks (the method)")
     ap.add_argument("pairs", nargs="+", metavar="A:B")
     args = ap.parse_args()
 
@@ -43,11 +46,11 @@ def main() -> None:
             print(f"{a} − {b}: no seed has both rows")
             continue
         d = paired_difference(*({(i, s): json.loads(row_path(args.sweep[i], row, s).read_text())["per_task"]
-                                 for i, s in strata} for row in (a, b)))
+                                 for i, s in strata} for row in (a, b)), hierarchical=not args.tasks_only)
         where = (f"seeds {[s for _, s in strata]}" if len(args.sweep) == 1 else
                  "; ".join(f"{sweep}: seeds {[s for j, s in strata if j == i]}" for i, sweep in enumerate(args.sweep)))
         print(f"{a} − {b}: {100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}] "
-              f"({where}; {d['episodes']} episodes, {d['tasks']} task-seeds)")
+              f"({where}; {d['episodes']} episodes, {d['tasks']} task-seeds; bootstrap: {d['bootstrap']})")
 
 
 def row_path(sweep: Path, row: str, seed: int) -> Path:

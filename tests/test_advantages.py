@@ -1,5 +1,6 @@
-"""GRPO, SPRO and GiGPO advantages against hand-computed values; β = 0 is exactly GRPO, and so is GiGPO where no
-two steps share a state."""
+"""GRPO, RLOO, SPRO and GiGPO advantages against hand-computed values; β = 0 is exactly GRPO, and so is GiGPO where
+no two steps share a state; SPRO against its frozen π0 is not GRPO; an estimator registered from outside drives the
+update."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,8 @@ import pytest
 import torch
 
 from agentprm.policy.advantages import (anchor_step_advantages, cumulative_process_rewards, gigpo_advantages,
-                                        group_outcome_advantages, masked_step_advantages, pad_steps, spro_advantages)
+                                        group_outcome_advantages, masked_step_advantages, pad_steps, rloo_advantages,
+                                        spro_advantages)
 from agentprm.targets.mc import returns_to_go
 
 
@@ -25,6 +27,12 @@ def test_equal_outcomes_and_single_episode_give_zero():
     assert group_outcome_advantages(torch.tensor([1.0, 1.0, 1.0])).tolist() == [0.0, 0.0, 0.0]
     assert group_outcome_advantages(torch.tensor([0.0, 0.0])).tolist() == [0.0, 0.0]
     assert group_outcome_advantages(torch.tensor([1.0])).tolist() == [0.0]
+
+
+def test_rloo_advantages_hand_computed():
+    # o = [1, 0, 0, 1]: each against the mean of the other three: 1 − 1/3, 0 − 2/3, 0 − 2/3, 1 − 1/3
+    assert rloo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0])).tolist() == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    assert rloo_advantages(torch.tensor([1.0])).tolist() == [0.0]
 
 
 def test_pad_steps_masks_ragged_episodes():
@@ -168,10 +176,68 @@ def test_first_step_spro_loss_equals_grpo_loss(start):
     model, tok = tiny()
     groups = encode_groups(episodes, tok, PromptConfig())
     add_reference_logprobs([ep for g in groups for ep in g], model, tok.pad_token_id)
-    cfg = PolicyGradientConfig(entropy_coef=0.0)
-    grpo, _ = PolicyGradientLoss(cfg, tok.pad_token_id, process_beta=0.0)(model, groups)
-    spro, _ = PolicyGradientLoss(cfg, tok.pad_token_id, process_beta=0.5)(model, groups)
+    cfg = PolicyGradientConfig(entropy_coef=0.0, spro_beta=0.5)
+    grpo, _ = PolicyGradientLoss(cfg, tok.pad_token_id, "grpo")(model, groups)
+    spro, _ = PolicyGradientLoss(cfg, tok.pad_token_id, "spro")(model, groups)
     assert torch.equal(grpo.detach(), spro.detach())
+
+
+def test_spro_against_a_frozen_initial_policy_is_not_grpo(start):
+    """π_ref = π0 ≠ π_old (a later iteration): the process reward β log(π_θ/π0) differs between the group's replies
+    from the first step, so SPRO's advantages — and loss — differ from GRPO's, while the ratio is still to π_old."""
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.agent.episodes import add_reference_logprobs
+    from agentprm.agent.tokenizer import build_tokenizer
+    from agentprm.models import build_model
+    from agentprm.policy.policy_gradient import PolicyGradientConfig, PolicyGradientLoss, encode_groups
+
+    task, turn = start
+    episodes = [one_step_episode(task, turn, a, w, k) for k, (a, w) in enumerate([("inventory", True), ("look", False),
+                                                                               ("look", True)])]
+    model, tok = tiny()
+    pi0 = build_model("tiny", build_tokenizer(), seed=1)
+    groups = encode_groups(episodes, tok, PromptConfig())
+    encoded = [ep for g in groups for ep in g]
+    add_reference_logprobs(encoded, model, tok.pad_token_id, "old_logps")
+    add_reference_logprobs(encoded, pi0, tok.pad_token_id)
+    assert not torch.equal(encoded[0].old_logps, encoded[0].ref_logps)
+    cfg = PolicyGradientConfig(entropy_coef=0.0, spro_beta=0.5)
+    grads, logs = {}, {}
+    for name in ("grpo", "spro"):
+        model.zero_grad()
+        loss, logs[name] = PolicyGradientLoss(cfg, tok.pad_token_id, name)(model, groups)
+        loss.backward()
+        grads[name] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    assert logs["grpo"]["log_ratio"] == logs["spro"]["log_ratio"] == pytest.approx(0.0, abs=1e-6)   # ρ = 1
+    assert logs["grpo"]["adv_abs"] != pytest.approx(logs["spro"]["adv_abs"], abs=1e-4)
+    assert not torch.allclose(grads["grpo"], grads["spro"], atol=1e-6)
+
+
+def test_an_estimator_registered_from_outside_drives_the_update(start):
+    """One decorated function: the negated GRPO advantage moves π toward the reply that lost."""
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.agent.state import AgentState
+    from agentprm.policy.advantages import ADVANTAGES, group_outcome_advantages, register_advantage
+    from agentprm.policy.policy_gradient import PolicyGradientConfig, train_policy_gradient
+
+    @register_advantage("test-reverse")
+    def reverse(group, cfg):
+        return -group_outcome_advantages(group.outcomes)[:, None] * group.mask
+
+    try:
+        with pytest.raises(ValueError, match="registered already"):
+            register_advantage("test-reverse")(reverse)
+        task, turn = start
+        state = AgentState.start(turn, task.task_id)
+        episodes = [one_step_episode(task, turn, "inventory", True, 0), one_step_episode(task, turn, "look", False, 1)]
+        cfg = PolicyGradientConfig(steps=10, batch_groups=1, lr=3e-3, clip=0.2, entropy_coef=0.0)
+        model, tok = tiny()
+        before = logp_of(model, tok, state, "inventory") - logp_of(model, tok, state, "look")
+        train_policy_gradient(model, tok, PromptConfig(), episodes, cfg, "test-reverse", progress=False)
+        after = logp_of(model, tok, state, "inventory") - logp_of(model, tok, state, "look")
+        assert after < before - 0.5, (before, after)
+    finally:
+        del ADVANTAGES["test-reverse"]
 
 
 def test_groups_drop_lone_and_failed_episodes(start):
@@ -220,7 +286,7 @@ def test_gigpo_credits_the_faster_action_where_grpo_sees_nothing(start):
     for gigpo in (False, True):
         model, tok = tiny()
         before = logp_of(model, tok, state, "inventory") - logp_of(model, tok, state, "look")
-        train_policy_gradient(model, tok, PromptConfig(), episodes, cfg, progress=False, gigpo=gigpo)
+        train_policy_gradient(model, tok, PromptConfig(), episodes, cfg, "gigpo" if gigpo else "grpo", progress=False)
         moved[gigpo] = logp_of(model, tok, state, "inventory") - logp_of(model, tok, state, "look") - before
     assert moved[False] == pytest.approx(0.0, abs=1e-6) and moved[True] > 0.5, moved
 
@@ -252,6 +318,7 @@ def test_mini_loop_runs(algo, tmp_path, generated_tasks):
     meta = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["policy_gradient"]
     assert meta["process_beta"] == (0.1 if algo == "spro" else 0.0) and meta["advantages"] == algo
     assert meta["reference"].endswith("policy_0") and len(meta["history"]) >= 1
+    assert (meta["process_reference"].endswith("policy_0") if algo == "spro" else meta["process_reference"] is None)
 
 
 def test_policy_gradient_algos_refuse_reset_exploration():

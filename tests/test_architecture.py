@@ -264,20 +264,22 @@ def test_the_function_import_check_sees_a_needless_one(tmp_path):
 
 
 def test_a_toy_algorithm_is_one_registered_function(tmp_path, generated_tasks, tiny_policy):
-    """An algorithm is its iteration function, registered by name: this one keeps π_{i-1} and evaluates it, and the
-    loop runs it (stages, resume, results) with nothing else touched; a second registration of the name is refused."""
+    """An algorithm is its recipe, registered by name: this one plays its rollouts and keeps π_{i-1}; the loop runs it
+    (stages, evaluation, resume, results) with nothing else touched; a second registration of the name is refused."""
     import json
 
     import pytest
     from test_loop import mini_config
 
     from agentprm.cli import main
-    from agentprm.loop.algos import ALGORITHMS, register_algorithm
+    from agentprm.loop.algos import ALGORITHMS, IterationResult, register_algorithm
+
+    seen = []
 
     @register_algorithm("test-keep")
-    def keep(loop, i, prev, train_tasks, eval_tasks):
-        loop.evaluate_iteration(i, prev, None, eval_tasks)
-        return prev
+    def keep(ctx, prev):
+        seen.append((ctx.i, len(ctx.tasks), ctx.rollouts(prev).name))
+        return IterationResult(prev)
 
     try:
         with pytest.raises(ValueError, match="'test-keep' is registered already"):
@@ -287,6 +289,7 @@ def test_a_toy_algorithm_is_one_registered_function(tmp_path, generated_tasks, t
         rows = json.loads((tmp_path / "run" / "results.json").read_text())["rows"]
         assert [r["policy"] for r in rows] == ["pi0", "pi1", "pi2"]
         assert rows[0]["per_task"] == rows[1]["per_task"] == rows[2]["per_task"]   # the same greedy policy
+        assert seen == [(1, 6, "rollouts"), (2, 6, "rollouts")]
     finally:
         del ALGORITHMS["test-keep"]
 

@@ -3,6 +3,9 @@ import json
 import os
 import stat
 
+import pytest
+
+from agentprm.data.summary import wilson_ci
 from agentprm.io import write_json
 from agentprm.outputs import atomic_dir
 from agentprm.loop.run import DEFAULT_POLICY
@@ -16,7 +19,8 @@ def test_bundled_policy_loads_and_records_its_eval():
     meta = json.loads((DEFAULT_POLICY / "agentprm.json").read_text())
     assert meta["sft"]["config"]["seed"] == 0                        # built by scripts/build_default_policy.py
     ev = json.loads((DEFAULT_POLICY / "eval.json").read_text())
-    assert ev["episodes"] >= 36 and ev["ci95"][0] <= ev["success_rate"] <= ev["ci95"][1]
+    assert ev["episodes"] >= 36 and ev["success_rate"] == ev["successes"] / ev["episodes"]
+    assert ev["ci95"] == pytest.approx(wilson_ci(ev["successes"], ev["episodes"]))
 
 
 def test_bundled_policy_speaks_the_current_prompt_format():

@@ -16,7 +16,8 @@ import yaml
 
 from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
-from agentprm.eval.paired import row_name
+from agentprm.data.summary import wilson_ci
+from agentprm.eval.paired import paired_difference, row_name
 from agentprm.eval.play import EvalRow
 
 
@@ -185,7 +186,7 @@ def check_run(run: Path, tiny_policy: Path) -> None:
         ("pi0", 0, 1, None), ("pi1", 1, 1, None), ("pi1", 1, 2, None), ("pi1", 1, 2, "beam2x1"),
         ("pi1", 1, 2, "bon2-uniform"), ("pi1", 1, 2, "beam2x1-uniform")]
     for r in rows:
-        assert r["episodes"] == 6 and r["ci95"][0] <= r["success_rate"] <= r["ci95"][1]
+        assert r["episodes"] == 6 and r["ci95"] == list(wilson_ci(round(r["success_rate"] * 6), 6))
         # every eval's episodes are kept beside its summary: the same outcomes, task by task
         stage = EvalRow(r["policy"], r["iteration"], r["best_of_n"], r.get("search", "")).stage
         kept = list(iter_episodes(read_trajectories(run / "evals" / f"{stage}.parquet")))
@@ -204,7 +205,10 @@ def check_run(run: Path, tiny_policy: Path) -> None:
     for (a, b), c in comps.items():
         ra, rb = (next(r for r in rows if row_name(r) == name) for name in (a, b))
         assert c["delta"] == pytest.approx(ra["success_rate"] - rb["success_rate"]) and c["episodes"] == 6
-        assert c["ci95"][0] <= c["delta"] <= c["ci95"][1] and c["a_best_of_n"] == ra["best_of_n"]
+        assert c["a_best_of_n"] == ra["best_of_n"]
+        # the paired bootstrap over the 6 tasks, recomputed from the rows' per-task outcomes
+        again = paired_difference({0: ra["per_task"]}, {0: rb["per_task"]})
+        assert c["ci95"] == pytest.approx(again["ci95"]) and c["tasks"] == again["tasks"] == 6
     assert "Paired differences" in (run / "report.md").read_text()
     for png in ("success_vs_iteration", "best_of_n", "prm_score_vs_success"):
         assert (run / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
@@ -284,8 +288,13 @@ def test_continuation_targets_give_same_state_alternatives(tmp_path, generated_t
 def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks, tiny_policy):
     """targets.shaping_alpha > 0: V^μ (μ = π0) is fitted once, and the iteration's targets are
     (1 − α) Q̂ + α (A^μ + 1) / 2 instead of the plain MC Q̂."""
+    import numpy as np
+
     from agentprm.data.tables import read_targets
+    from agentprm.prm.model import ProcessRewardModel
+    from agentprm.prm.value import model_values
     from agentprm.targets.mc import targets_from_rollouts
+    from agentprm.targets.shaping import shape_targets
 
     cfg = mini_config(tmp_path, generated_tasks, tiny_policy, targets={"shaping_alpha": 0.5},
                       eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})
@@ -294,11 +303,15 @@ def test_shaping_mixes_pi0_advantage_into_the_targets(tmp_path, generated_tasks,
     assert (run / "shaping" / "value").is_dir()
     shaped = read_targets(run / "iter_1" / "targets.parquet")
     assert shaped.info["shaping"]["alpha"] == 0.5
-    plain = targets_from_rollouts(run / "iter_1" / "rollouts", 1.0).table["q"].to_numpy()
-    q = shaped.table["q"].to_numpy()
-    assert len(q) == len(plain) and ((q >= 0) & (q <= 1)).all()
-    # every shaped target lies between the MC target and the advantage term, half-way: |q - plain| <= 0.5
-    assert (abs(q - plain) <= 0.5 + 1e-9).all() and (q != plain).any()
+    gamma = shaped.info["shaping"]["gamma"]
+    assert gamma == yaml.safe_load((run / "config.yaml").read_text())["targets"]["gamma"] == 0.9
+    unshaped = targets_from_rollouts(run / "iter_1" / "rollouts", gamma)   # the loop's own γ
+    plain, q = unshaped.table["q"].to_numpy(), shaped.table["q"].to_numpy()
+    assert len(q) == len(plain) and ((q >= 0) & (q <= 1)).all() and (q != plain).any()
+    # recomputed from the saved V^μ: (1 − α) Q̂ + α (A^μ + 1) / 2, row for row
+    again = shape_targets(unshaped, model_values(ProcessRewardModel.load(run / "shaping" / "value")), 0.5, gamma,
+                          run / "iter_1" / "rollouts").table["q"].to_numpy()
+    assert np.allclose(q, again, atol=1e-6)
 
 
 def test_config_errors_name_the_field(tmp_path, capsys):

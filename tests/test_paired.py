@@ -294,7 +294,7 @@ def test_paired_rows_pools_sweeps_each_game_set_one_sample(tmp_path, capsys, mon
                 out.write_text(json.dumps({"per_task": per}))
                 sides.setdefault(row, {})[(k, s)] = per
     monkeypatch.setattr(sys, "argv", ["paired_rows.py", "--sweep", str(tmp_path / "set1"), "--sweep",
-                                      str(tmp_path / "set2"), "v/pi1:v/pi0"])
+                                      str(tmp_path / "set2"), "v/pi1:v/pi0", "--tasks-only"])
     script.main()
     printed = capsys.readouterr().out
     want = paired_difference(sides["pi1"], sides["pi0"])
@@ -304,3 +304,53 @@ def test_paired_rows_pools_sweeps_each_game_set_one_sample(tmp_path, capsys, mon
     one = paired_difference({s: sides["pi1"][(0, s)] for s in range(3)}, {s: sides["pi0"][(0, s)] for s in range(3)})
     width = lambda out: out["ci95"][1] - out["ci95"][0]  # noqa: E731
     assert 1.2 < width(one) / width(want) < 1.7    # two game sets, not six: ≈ √2, never √6 ≈ 2.4
+    monkeypatch.setattr(sys, "argv", sys.argv[:-1])   # the default: seeds, then tasks
+    script.main()
+    printed = capsys.readouterr().out
+    nested = paired_difference(sides["pi1"], sides["pi0"], hierarchical=True)
+    lo, hi = (float(x) for x in re.search(r"\[([+-][\d.]+), ([+-][\d.]+)\]", printed).groups())
+    assert (lo, hi) == pytest.approx([100 * x for x in nested["ci95"]], abs=0.051)
+    assert "bootstrap: seeds, then tasks" in printed
+
+
+def test_the_hierarchical_bootstrap_covers_a_method_effect_that_varies_between_training_seeds():
+    """Synthetic training runs with a known mean effect: each seed's trained policies differ by Δ_s = Δ + a seed
+    effect (sd 0.08), each seed with its own 150 eval games. The task bootstrap answers "other games, these runs" and
+    misses Δ far more often than 5%; the hierarchical one (seeds, then tasks) covers it near its nominal 95%."""
+    rng = np.random.default_rng(0)
+    true, seeds, tasks, trials = 0.05, 5, 150, 200
+    covered = {False: 0, True: 0}
+    for trial in range(trials):
+        a, b = {}, {}
+        for s in range(seeds):
+            effect = true + rng.normal(0, 0.08)
+            base = rng.uniform(0.2, 0.8, tasks)
+            pa, pb = np.clip(base + effect / 2, 0, 1), np.clip(base - effect / 2, 0, 1)
+            a[s] = {f"s{s}t{t}": (int(rng.random() < pa[t]), 1) for t in range(tasks)}
+            b[s] = {f"s{s}t{t}": (int(rng.random() < pb[t]), 1) for t in range(tasks)}
+        for hierarchical in covered:
+            lo, hi = paired_difference(a, b, resamples=1000, seed=trial, hierarchical=hierarchical)["ci95"]
+            covered[hierarchical] += lo <= true <= hi
+    assert covered[True] / trials >= 0.88, covered
+    assert covered[False] / trials <= 0.80, covered   # the seed variance it cannot see
+
+
+def test_the_hierarchical_bootstrap_of_one_seed_is_the_task_bootstrap():
+    a = {0: {"t1": (1, 1), "t2": (0, 1), "t3": (1, 1)}}
+    b = {0: {"t1": (0, 1), "t2": (0, 1), "t3": (1, 1)}}
+    flat, nested = paired_difference(a, b, seed=3), paired_difference(a, b, seed=3, hierarchical=True)
+    assert flat["ci95"] == nested["ci95"] and nested["bootstrap"] == "tasks within seeds"
+
+
+def test_the_hierarchical_bootstrap_widens_only_with_disagreeing_seeds():
+    """Seeds that agree exactly: resampling them changes nothing beyond the tasks. Seeds at +1 and −1 point apart
+    on every task: the seed level alone spans the range."""
+    same = {s: {f"t{t}": (t % 2, 1) for t in range(40)} for s in range(4)}
+    none = {s: {f"t{t}": (0, 1) for t in range(40)} for s in range(4)}
+    ci = paired_difference(same, none, seed=1, hierarchical=True)["ci95"]
+    assert ci[0] > 0.3 and ci[1] < 0.7
+    split_a = {s: {f"s{s}t{t}": (int(s < 2), 1) for t in range(40)} for s in range(4)}
+    split_b = {s: {f"s{s}t{t}": (int(s >= 2), 1) for t in range(40)} for s in range(4)}
+    flat = paired_difference(split_a, split_b, seed=1)["ci95"]
+    nested = paired_difference(split_a, split_b, seed=1, hierarchical=True)["ci95"]
+    assert flat == [0.0, 0.0] and nested[0] <= -0.5 and nested[1] >= 0.5

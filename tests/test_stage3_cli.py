@@ -6,6 +6,7 @@ import json
 import pytest
 
 from agentprm.cli import main
+from agentprm.data.summary import wilson_ci
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_eval_best_of_n_and_beam(pieces, generated_tasks, tmp_path, capsys):
     out = tmp_path / "bon.json"
     assert main(base + ["--prm", str(prm), "--best-of", "3", "--temperature", "1", "--json", str(out)]) == 0
     s = json.loads(out.read_text())
-    assert s["episodes"] == 6 and s["policy"] == "pi0+bon3" and s["ci95"][0] <= s["success_rate"] <= s["ci95"][1]
+    assert s["episodes"] == 6 and s["policy"] == "pi0+bon3" and s["ci95"] == list(wilson_ci(s["successes"], 6))
     out = tmp_path / "beam.json"
     assert main(base + ["--prm", str(prm), "--beam-width", "2", "--beam-expand", "2", "--temperature", "1",
                         "--json", str(out)]) == 0

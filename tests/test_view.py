@@ -52,6 +52,10 @@ def test_the_page_holds_every_saved_episode_with_its_returns_and_scores(mini_run
     # the PRM's held-out metrics and loss history, and π1's update history, are the curves' points
     assert data["curves"]["prm"][0]["iteration"] == 1 and data["curves"]["prm_loss"][1]
     assert data["curves"]["update"][1]
+    # the learning curve: greedy π0 and π1 against the env steps their training rollouts had played
+    results = json.loads((mini_run / "results.json").read_text())
+    assert data["curve"] == results["curve"] and [c["iteration"] for c in data["curve"]] == [0, 1]
+    assert data["curve"][0]["env_steps"] == 0 < data["curve"][1]["env_steps"]
 
 
 def test_text_from_the_game_cannot_end_the_embedded_data():
@@ -129,6 +133,7 @@ def test_the_page_works_in_headless_chromium(mini_run, tmp_path):
         compare.select_by_index(1)
         assert len(browser.find_elements(By.CSS_SELECTOR, "#episode-b .turn")) == others[0]["turns"]
 
+        assert browser.find_element(By.ID, "fig-curve").is_displayed()   # the learning curve is drawn
         errors = [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]
         assert errors == []
         png = imread(io.BytesIO(browser.get_screenshot_as_png()), format="png")

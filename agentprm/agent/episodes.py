@@ -1,6 +1,7 @@
 """An episode encoded once for the losses that read whole episodes (GRPO/SPRO's policy gradient, PRIME's implicit
-PRM): token ids per turn with the same prompt encoding as the policy and the PRM, the outcome, and log π_ref of
-each reply (π_ref = π_old: the episodes came from π_{i-1})."""
+PRM): token ids per turn with the same prompt encoding as the policy and the PRM, the outcome, the env's rewards and
+state keys per turn, and log π_ref of each reply (and log π_old, where π_old — the policy that played the episodes,
+π_{i-1} — is not the reference)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,8 +20,17 @@ class EncodedEpisode:
     prompts: list[list[int]]       # one per turn
     replies: list[list[int]]
     outcome: float                 # 1.0 won, else 0.0
-    ref_logps: torch.Tensor        # log π_ref(reply|s) per turn (also π_old: the episodes came from π_{i-1})
-    advantages: torch.Tensor | None = field(default=None)   # per turn, where the estimator needs no model (GiGPO)
+    ref_logps: torch.Tensor        # log π_ref(reply|s) per turn
+    old_logps: torch.Tensor | None = None   # log π_old(reply|s) per turn, where π_old is not π_ref (else ref_logps)
+    rewards: list[float] = field(default_factory=list)   # the env's reward per turn
+    anchors: list[str] = field(default_factory=list)     # the state each turn stands in (GiGPO's anchor key)
+
+
+def anchor_state(step) -> str:
+    """GiGPO's anchor key: the state a step stands in as the agent sees it, its observation and admissible commands
+    (the observation alone would merge, e.g., every "Nothing happens." of a group; the commands also say what is held
+    and where). verl-agent keys by the observation; here both, since ALFWorld's observations repeat across states."""
+    return step.observation + "\x00" + "\x00".join(sorted(step.admissible))
 
 
 def encode_episode(episode: EpisodeRecord, tokenizer, prompt_cfg: PromptConfig) -> EncodedEpisode:
@@ -28,10 +38,13 @@ def encode_episode(episode: EpisodeRecord, tokenizer, prompt_cfg: PromptConfig) 
     pairs = list(episode_states(episode))
     return EncodedEpisode(prompts=[prompt_ids(tokenizer, s, prompt_cfg) for s, _ in pairs],
                           replies=[reply_ids(tokenizer, r) for _, r in pairs], outcome=float(episode.won),
-                          ref_logps=torch.empty(0))
+                          ref_logps=torch.empty(0), rewards=[float(s.reward) for s in episode.steps],
+                          anchors=[anchor_state(s) for s in episode.steps])
 
 
 @torch.no_grad()
-def add_reference_logprobs(episodes: Iterable[EncodedEpisode], reference, pad_id: int) -> None:
+def add_reference_logprobs(episodes: Iterable[EncodedEpisode], reference, pad_id: int,
+                           field: str = "ref_logps") -> None:
+    """log `reference`(reply|s) of every turn, into each episode's `field` (ref_logps, or old_logps)."""
     for ep in episodes:
-        ep.ref_logps = reply_logprobs(reference, ep.prompts, ep.replies, pad_id).cpu()
+        setattr(ep, field, reply_logprobs(reference, ep.prompts, ep.replies, pad_id).cpu())

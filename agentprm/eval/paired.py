@@ -12,6 +12,14 @@ task is in or out for all of them at once, since a task easy for A on one seed i
 per seed, the seeds would count as independent games and the CI would shrink by up to √seeds with no new game.
 Outcomes are per task, as `{seed: {task_id: (wins, episodes)}}` — the `per_task` field of an eval summary
 (data/summary.py).
+
+That CI holds the seeds fixed: it says what other *games* would give for these trained policies. A claim about a
+training method must also cover other *training runs*, whose variance the task bootstrap never sees (two methods
++1, −5, −5 points apart on three seeds). `hierarchical=True` resamples both levels, seeds then tasks within each
+drawn seed (the two-stage bootstrap of Davison & Hinkley 1997, §3.8): each draw picks as many seeds as there are,
+with replacement, and for each picked seed resamples its tasks; seeds that played one task set share that draw of
+it, as above. With one seed it is the task bootstrap. tests/test_paired.py measures its coverage on synthetic data
+with a known seed effect, beside the task bootstrap's.
 """
 from __future__ import annotations
 
@@ -26,9 +34,10 @@ RESAMPLES = 10_000
 
 
 def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamples: int = RESAMPLES,
-                      seed: int = 0) -> dict:
+                      seed: int = 0, hierarchical: bool = False) -> dict:
     """Δ = success(A) − success(B) over the tasks both played, per seed stratum; {"delta", "ci95", "episodes",
-    "tasks"}. Raises ValueError when a seed or task of one side is missing from the other."""
+    "tasks", "seeds", "bootstrap"}. `hierarchical`: resample seeds, then tasks within them (module docstring).
+    Raises ValueError when a seed or task of one side is missing from the other."""
     if set(a) != set(b):
         raise ValueError(f"paired comparison needs the same seeds on both sides (got {sorted(a)} vs {sorted(b)})")
     diffs, weights, task_sets = [], [], []
@@ -48,18 +57,24 @@ def paired_difference(a: Mapping[int, PerTask], b: Mapping[int, PerTask], resamp
     total = sum(w.sum() for w in weights)
     delta = float(sum((w * d).sum() for w, d in zip(weights, diffs)) / total)
     rng = np.random.default_rng(seed)
-    num, den = np.zeros(resamples), np.zeros(resamples)
     draws: dict[tuple, np.ndarray] = {}   # one draw per task set: seeds on the same tasks resample them together
-    for tasks, d, w in zip(task_sets, diffs, weights):
+    for tasks in task_sets:
         if tasks not in draws:
-            draws[tasks] = rng.integers(0, len(d), size=(resamples, len(d)))
-        idx = draws[tasks]
-        num += (w[idx] * d[idx]).sum(1)
-        den += w[idx].sum(1)
+            draws[tasks] = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
+    # each seed's weighted sums on every draw of its tasks: (resamples,) numerator and denominator
+    num_s = np.stack([(w[draws[t]] * d[draws[t]]).sum(1) for t, d, w in zip(task_sets, diffs, weights)])
+    den_s = np.stack([w[draws[t]].sum(1) for t, w in zip(task_sets, weights)])
+    if hierarchical and len(diffs) > 1:   # seeds drawn with replacement, then their tasks
+        picks = rng.integers(0, len(diffs), size=(resamples, len(diffs)))
+        cols = np.arange(resamples)[:, None]
+        num, den = num_s[picks, cols].sum(1), den_s[picks, cols].sum(1)
+    else:
+        num, den = num_s.sum(0), den_s.sum(0)
     lo, hi = np.percentile(num / den, [2.5, 97.5])
     episodes = int(sum(sum(v[1] for v in per.values()) for per in a.values()))
     return {"delta": delta, "ci95": [float(lo), float(hi)], "episodes": episodes,
-            "tasks": int(sum(len(d) for d in diffs))}
+            "tasks": int(sum(len(d) for d in diffs)), "seeds": len(diffs),
+            "bootstrap": "seeds, then tasks" if hierarchical and len(diffs) > 1 else "tasks within seeds"}
 
 
 CONTROL = "-uniform"
@@ -81,7 +96,8 @@ def control_search(r: dict, suffix: str = CONTROL) -> str:
 
 
 def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
-    """(row, the row it claims to beat) for a loop's rows: π_i vs π_{i-1} and, from i = 2 on, vs π0; every
+    """(row, the row it claims to beat) for a loop's rows: π_i vs the π evaluated before it (π_{i-1}, or the last
+    evaluated iteration when the loop evaluates every k) and vs π0; every
     Best-of-N or beam row vs its own greedy policy, a beam row also vs Best-of-N with as many samples per turn, and
     a search with Q_i vs the same search with each control that was played (a uniform critic; π_i's own log π)."""
     greedy = {r["iteration"]: r for r in rows if r["best_of_n"] == 1}
@@ -91,7 +107,8 @@ def claimed_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     for r in rows:
         i = r["iteration"]
         if r["best_of_n"] == 1:
-            pairs += [(r, greedy[j]) for j in dict.fromkeys((i - 1, 0)) if i >= 1 and j in greedy]
+            before = max((j for j in greedy if j < i), default=None)
+            pairs += [(r, greedy[j]) for j in dict.fromkeys((before, 0)) if i >= 1 and j in greedy]
             continue
         if i in greedy:
             pairs.append((r, greedy[i]))
@@ -122,10 +139,12 @@ def row_name(r: dict) -> str:
     return r["policy"] + (f"+bon{r['best_of_n']}" if r["best_of_n"] > 1 else "")
 
 
-def comparisons(per_seed_rows: Mapping[int, list[dict]], resamples: int = RESAMPLES) -> list[dict]:
+def comparisons(per_seed_rows: Mapping[int, list[dict]], resamples: int = RESAMPLES,
+                hierarchical: bool = True) -> list[dict]:
     """The paired comparisons a loop's rows claim (claimed_pairs), pooled over seeds: rows are matched across seeds
-    by (policy, iteration, Best-of-N, search). Rows without per-task outcomes (evals written by older versions)
-    are skipped."""
+    by (policy, iteration, Best-of-N, search); over several training seeds the CI resamples seeds, then tasks
+    (`hierarchical`: a claim about the training, not only about these runs). Rows without per-task outcomes (evals
+    written by older versions) are skipped."""
     by_key: dict[tuple, dict[int, dict]] = {}
     for seed, rows in per_seed_rows.items():
         for r in rows:
@@ -137,7 +156,7 @@ def comparisons(per_seed_rows: Mapping[int, list[dict]], resamples: int = RESAMP
         if set(ra) != set(rb) or any("per_task" not in r for r in (*ra.values(), *rb.values())):
             continue
         diff = paired_difference({s: r["per_task"] for s, r in ra.items()},
-                                 {s: r["per_task"] for s, r in rb.items()}, resamples)
+                                 {s: r["per_task"] for s, r in rb.items()}, resamples, hierarchical=hierarchical)
         out.append({"a": row_name(a), "b": row_name(b), "a_best_of_n": a["best_of_n"], "b_best_of_n": b["best_of_n"],
                     **diff})
     return out

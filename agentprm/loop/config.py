@@ -41,6 +41,8 @@ class TasksConfig:
     types: list[str] | None = None  # task types (default: all six, balanced)
     train_dir: str | None = None    # use an existing task folder (generated or official ALFWorld) instead
     eval_dir: str | None = None
+    per_iteration: int = 0          # train tasks each iteration rolls out, drawn afresh from the train split (the
+                                    # on-policy regime: small batches, many iterations); 0 = every train task
 
 
 @dataclass
@@ -74,6 +76,8 @@ class RolloutConfig:
 @dataclass
 class EvalConfig:
     episodes_per_task: int = 1      # eval episodes per eval task
+    every: int = 1                  # evaluate π_i (and its search rows) every this many iterations, and the last;
+                                    # π0 always
     max_steps: int = 30             # step budget per eval episode
     best_of_n: list[int] = field(default_factory=lambda: [4])   # Best-of-N with Q_i after each iteration
     bon_temperature: float = 0.7    # sampling temperature of Best-of-N and beam search

@@ -1,5 +1,5 @@
-"""results.json → report.md (tables) and PNG plots: success vs iteration with 95% CIs, Best-of-N success vs N,
-and the PRM's mean score over policy-update steps next to the policy's measured success (the paper's
+"""results.json → report.md (tables) and PNG plots: success vs iteration with 95% CIs, success vs the env steps
+and training seconds spent (the learning curve), Best-of-N success vs N, and the PRM's mean score over policy-update steps next to the policy's measured success (the paper's
 reward-hacking picture: a rising PRM score with flat or falling success means the policy exploits Q_i)."""
 from __future__ import annotations
 
@@ -56,6 +56,25 @@ def plot_success(rows: list[dict], path: Path) -> None:
     ax.set(xlabel="iteration", ylabel="success % (95% CI)", title="Success vs iteration", ylim=(0, 100))
     ax.set_xticks(sorted({r["iteration"] for r in rows}))
     ax.legend(fontsize=8)
+    save_png(fig, path)
+
+
+def curve_table(curve: list[dict]) -> str:
+    lines = ["| iteration | env steps | training s | success % | 95% CI |", "|---|---|---|---|---|"]
+    lines += [f"| {c['iteration']} | {c['env_steps']:,} | {c['train_seconds']:,.0f} | {100 * c['success_rate']:.1f} | "
+              f"[{100 * c['ci95'][0]:.1f}, {100 * c['ci95'][1]:.1f}] |" for c in curve]
+    return "\n".join(lines)
+
+
+def plot_curve(curve: list[dict], path: Path) -> None:
+    """Greedy success against env steps (left) and against training seconds (right), 95% CIs."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
+    for ax, key, label in ((axes[0], "env_steps", "env steps (training rollouts)"),
+                           (axes[1], "train_seconds", "training seconds")):
+        errorbar_ci(ax, [c[key] for c in curve], curve)
+        ax.set(xlabel=label, ylim=(0, 100))
+    axes[0].set(ylabel="success % (95% CI)")
+    fig.suptitle("Learning curve: greedy π_i on the eval games", fontsize=10)
     save_png(fig, path)
 
 
@@ -129,6 +148,9 @@ def plot_hacking(update_history: dict[int, list[dict]], path: Path) -> bool:
 def write_report(run_dir: Path, results: dict, update_history: dict[int, list[dict]]) -> None:
     rows, plots = results["rows"], run_dir / "plots"
     plot_success(rows, plots / "success_vs_iteration.png")
+    curve = results.get("curve") or []
+    if curve:
+        plot_curve(curve, plots / "learning_curve.png")
     plot_best_of_n(rows, plots / "best_of_n.png")
     plot_prm_vs_success(update_history, rows, plots / "prm_score_vs_success.png")
     hacking = plot_hacking(update_history, plots / "hacking.png")
@@ -139,6 +161,8 @@ def write_report(run_dir: Path, results: dict, update_history: dict[int, list[di
                comparisons_table(results["comparisons"]), ""] if results.get("comparisons") else []),
             f"Wall time: {results['wall_seconds']:.0f} s. Eval: {cfg['eval']['episodes_per_task']} episode(s) per "
             f"eval task, step budget {cfg['eval']['max_steps']}; 95% CIs are Wilson intervals over episodes.", "",
+            *(["Learning curve (greedy π_i; env steps and seconds of the training iterations so far):", "",
+               curve_table(curve), "", "![curve](plots/learning_curve.png)", ""] if curve else []),
             "![success](plots/success_vs_iteration.png)", "![bon](plots/best_of_n.png)",
             "![prm](plots/prm_score_vs_success.png)", ""]
     if hacking:

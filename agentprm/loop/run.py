@@ -1,10 +1,16 @@
-"""The training loop, stage by stage, each stage resumable (see stages.py). The iteration body comes from the
-algorithm registry (loop/algos/); for AgentPRM (arXiv 2502.10325, Alg. 1):
+"""The training loop, stage by stage, each stage resumable (see stages.py) — the one driver. The iteration body is
+the algorithm's recipe (loop/algos/): it gets a narrow IterationContext and returns what it produced; the driver
+schedules the iterations and evaluates their results. For AgentPRM (arXiv 2502.10325, Alg. 1):
 
     tasks → π0 → eval(π0)
     for i in 1..iterations:
-        rollouts of π_{i-1} → Q-targets (MC, γ from t) → PRM Q_i → online DPO π_i vs π_{i-1} → eval(π_i),
-        Best-of-N(π_i, Q_i)
+        recipe: rollouts of π_{i-1} on iteration i's train tasks → Q-targets (MC, γ from t) → PRM Q_i → online DPO
+                π_i vs π_{i-1}
+        driver, every `eval.every` iterations and at the last: eval(π_i), Best-of-N / beam (π_i, Q_i)
+
+Iteration i's train tasks are the whole train split, or (`tasks.per_iteration` > 0, the on-policy regime) that many
+drawn from it afresh each iteration (`iteration_tasks`). results.json's `curve` is success against the env steps and
+the training seconds spent so far.
 
 Run folder: config.yaml (resolved), tasks/, policy_0/, iter_<i>/{rollouts,targets.parquet,prm,policy}/,
 evals/*.json, results.json, report.md, plots/*.png.
@@ -14,9 +20,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import shutil
 import time
 from pathlib import Path
+
+import pyarrow.parquet as pq
 
 from agentprm.agent.policies import ExpertAgent
 from agentprm.agent.replicas import ray_replicas
@@ -30,7 +39,7 @@ from agentprm.envs.pool import configure_pool
 from agentprm.errors import UserError
 from agentprm.eval.paired import CONTROL, LOGPI, comparisons
 from agentprm.io import atomic_leftovers, provenance, write_json, write_text
-from agentprm.loop.algos import get_algorithm
+from agentprm.loop.algos import IterationContext, IterationResult, get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config, load_config
 from agentprm.loop.stages import MARKERS, StageRunner, generated_train_split, run_lock
 from agentprm.models.device import use_device
@@ -47,8 +56,8 @@ DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
 SHARD_ROWS = 2_000   # rollout rows buffered before a shard is written: what a kill can cost (~100 episodes)
 
 
-SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand", "critic_control", "policy_control")
-"""Eval settings a resumed run may change: they pick which Best-of-N and beam rows are evaluated."""
+SEARCH_ROWS = ("best_of_n", "beam_width", "beam_expand", "critic_control", "policy_control", "every")
+"""Eval settings a resumed run may change: they pick which iterations, Best-of-N and beam rows are evaluated."""
 
 
 class Loop:
@@ -201,6 +210,20 @@ class Loop:
             self.serving[1].stop()
             self.serving = None
 
+    def batch(self, i: int, train_tasks: list) -> list:
+        """Iteration i's train tasks (`tasks.per_iteration`)."""
+        return iteration_tasks(train_tasks, self.cfg.tasks.per_iteration, self.cfg.seed, i)
+
+    def context(self, i: int, train_tasks: list) -> IterationContext:
+        return IterationContext(i, self.cfg, self.stages, self.batch(i, train_tasks), train_tasks, self.progress,
+                                rollouts_of=self.rollouts, demos_of=self.demos,
+                                policy0=lambda: self.policy0(train_tasks),
+                                batch_of=lambda j: self.batch(j, train_tasks))
+
+    def evaluated(self, i: int) -> bool:
+        """Whether iteration i's result is evaluated: every `eval.every` iterations, and the last."""
+        return i % self.cfg.eval.every == 0 or i == self.cfg.iterations
+
     def rollouts(self, i: int, prev: Path, train_tasks, demos=None) -> Path:
         """Stage 1a: `rollout.per_task` episodes of π_{i-1} per train task — with `demos` (expert episodes), an
         `exploration.reset_frac` share of them starting on a demo (Reset-50-50, rollout/reset.py) — then
@@ -298,10 +321,14 @@ class Loop:
         self.evaluate(EvalRow("pi0", 0), lambda: self.load_agent(policy, mode=mode, seed=self.cfg.seed, name="pi0"),
                       eval_tasks)
         for i in range(1, self.cfg.iterations + 1):
-            policy = self.algorithm(self, i, policy, train_tasks, eval_tasks)
+            result: IterationResult = self.algorithm(self.context(i, train_tasks), policy)
+            policy = result.policy
             update = UpdateResult.read(json.loads((policy / "agentprm.json").read_text()))
             self.update_history[i] = update.logged_history() if update else []   # SFT's π_i records no update
+            if self.evaluated(i):
+                self.evaluate_iteration(i, result.policy, result.critic, eval_tasks)
         results = {"rows": self.rows, "comparisons": comparisons({self.cfg.seed: self.rows}),
+                   "curve": learning_curve(self.run_dir, self.rows, self.stages.timings),
                    "wall_seconds": round(time.monotonic() - start, 1),
                    "stage_seconds": self.stages.timings, "config": self.cfg.to_dict(),
                    "provenance": provenance(self.cfg.to_dict(), self.cfg.seed)}
@@ -311,3 +338,38 @@ class Loop:
         clear_leftovers(self.run_dir / "results.json")
         write_json(self.run_dir / "results.json", results)   # last: its presence says the report and plots are whole
         return results
+
+
+def iteration_tasks(pool: list, per_iteration: int, seed: int, i: int) -> list:
+    """Iteration i's train tasks: the whole pool when `per_iteration` is 0 or covers it; else `per_iteration` distinct
+    tasks. The pool is dealt out in passes, each a fresh seeded shuffle cut into ⌊len(pool) / per_iteration⌋ batches,
+    so a task comes back only after every task of its pass had its turn, and one iteration never holds a task twice."""
+    if not per_iteration or per_iteration >= len(pool):
+        return list(pool)
+    per_pass = len(pool) // per_iteration
+    npass, k = divmod(i - 1, per_pass)
+    order = sorted(pool, key=lambda t: t.task_id)
+    random.Random(f"tasks-{seed}-{npass}").shuffle(order)
+    return order[k * per_iteration:(k + 1) * per_iteration]
+
+
+def rollout_turns(folder: Path) -> int:
+    """Env steps a rollout stage played: the turns (rows) of its Parquet shards, from their footers."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(Path(folder).glob("*.parquet")))
+
+
+def learning_curve(run_dir: Path, rows: list[dict], timings: dict[str, float]) -> list[dict]:
+    """Greedy success of every evaluated π_i against what training had spent by then: `env_steps`, the turns its
+    iterations' rollouts played (iterations 1..i; branch and continuation plays, and the expert's demos, are not
+    counted), and `train_seconds`, the seconds of those iterations' own stages (evals excluded)."""
+    curve = []
+    for r in rows:
+        if r["best_of_n"] != 1 or r.get("search"):
+            continue
+        i = r["iteration"]
+        steps = sum(rollout_turns(run_dir / f"iter_{j}" / "rollouts") for j in range(1, i + 1))
+        seconds = sum(s for name, s in timings.items()
+                      if name.startswith("iter_") and 1 <= int(name.split("/")[0][5:]) <= i)
+        curve.append({"iteration": i, "env_steps": steps, "train_seconds": round(seconds, 1),
+                      "success_rate": r["success_rate"], "ci95": r["ci95"], "episodes": r["episodes"]})
+    return curve

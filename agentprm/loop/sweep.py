@@ -179,7 +179,7 @@ def sweep_comparisons(summary: dict[str, dict], baseline: str | None = None,
         out.append({"a": a_name, "b": b_name, "a_best_of_n": next(iter(ra.values()))["best_of_n"],
                     "b_best_of_n": next(iter(rb.values()))["best_of_n"],
                     **paired_difference({s: r["per_task"] for s, r in ra.items()},
-                                        {s: r["per_task"] for s, r in rb.items()})})
+                                        {s: r["per_task"] for s, r in rb.items()}, hierarchical=True)})
 
     def row(name: str, k: tuple) -> tuple[str, dict[int, dict]]:
         per_seed = summary[name]["per_seed"]
@@ -232,7 +232,8 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
                   "|---|---|---|---|---|"]
         lines += [f"| {r['policy']} ({r['best_of_n']}) | {rate_cells(r)} | {per_seed_cell(r)} |" for r in search]
     if comps:
-        lines += ["", "Paired differences (same eval tasks and seeds; bootstrap over tasks, seeds as strata):", "",
+        lines += ["", "Paired differences (same eval tasks and seeds; bootstrap over seeds, then tasks within each "
+                  "seed — a claim about the training, not only about these runs):", "",
                   comparisons_table(comps)]
     return "\n".join(lines) + "\n"
 

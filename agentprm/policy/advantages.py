@@ -25,13 +25,26 @@ R_t^(i) = Σ_{k≥t} γ^(k−t) r_k^(i) is compared with its anchor group's:
 A^E the GRPO episode advantage, F_norm the group's std (or 1 without std normalisation), A^S = 0 for a step whose
 state no other step of the group reached. No model is fitted and no extra rollout is played: the credit comes from
 states the group's episodes happened to share.
+
+RLOO (leave-one-out): A_i = o_i − mean_{j≠i} o_j, the episode's outcome against the others' mean, not scaled.
+
+Each estimator is registered under its name (`register_advantage`, as verl's `register_adv_est`) with one signature,
+`estimator(group: GroupSteps, cfg) -> (G, T) tensor`, cfg the `policy_gradient` section: algo grpo runs the one
+`policy_gradient.advantage` names (algos spro and gigpo are grpo with theirs), and an estimator of one's own is a
+decorated function in a file imported before the config loads.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import torch
+
+from agentprm.registry import Registry
+
+if TYPE_CHECKING:
+    from agentprm.policy.config import PolicyGradientConfig
 
 STD_EPS = 1e-6
 
@@ -99,3 +112,66 @@ def gigpo_advantages(outcomes: torch.Tensor, returns: torch.Tensor, mask: torch.
     episode = _normalised(outcomes.float(), std_norm, eps)[:, None] * mask
     return episode + omega * anchor_step_advantages(returns, mask, anchors, std_norm, eps)
 
+
+
+def rloo_advantages(outcomes: torch.Tensor) -> torch.Tensor:
+    """A_i = o_i − mean_{j≠i} o_j, shape (G,); a group of one gets 0."""
+    o, g = outcomes.float(), outcomes.numel()
+    if g < 2:
+        return torch.zeros_like(o)
+    return o - (o.sum() - o) / (g - 1)
+
+
+@dataclass
+class GroupSteps:
+    """One group (the G episodes of a task) as an advantage estimator sees it, turns laid out (G, T) with `mask`:
+    `outcomes` (G,) 1.0 won / 0.0; `rewards` the env's per-turn rewards; `anchors[i][t]` the state key of episode i's
+    turn t (GiGPO's anchor); `log_ratios` log π_θ − log π_ref per turn, detached — recomputed every optimiser step
+    for an estimator registered with `uses_reference` (SPRO), zeros for the others."""
+    outcomes: torch.Tensor
+    rewards: torch.Tensor
+    mask: torch.Tensor
+    anchors: Sequence[Sequence[Hashable]]
+    log_ratios: torch.Tensor
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    name: str
+    fn: Callable[[GroupSteps, "PolicyGradientConfig"], torch.Tensor]
+    uses_reference: bool = False   # reads log_ratios, so π_θ's log-probs against π_ref enter every step
+
+
+ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
+
+
+def register_advantage(name: str, uses_reference: bool = False):
+    """Decorator adding `fn(group: GroupSteps, cfg) -> (G, T) advantages` under `name`; a taken name is refused."""
+    def add(fn: Callable) -> Callable:
+        ADVANTAGES.add(name, AdvantageEstimator(name, fn, uses_reference))
+        return fn
+    return add
+
+
+@register_advantage("grpo")
+def _grpo(g: GroupSteps, cfg) -> torch.Tensor:
+    return group_outcome_advantages(g.outcomes)[:, None] * g.mask
+
+
+@register_advantage("rloo")
+def _rloo(g: GroupSteps, cfg) -> torch.Tensor:
+    return rloo_advantages(g.outcomes)[:, None] * g.mask
+
+
+@register_advantage("spro", uses_reference=True)
+def _spro(g: GroupSteps, cfg) -> torch.Tensor:
+    return spro_advantages(g.outcomes, g.log_ratios, g.mask, cfg.spro_beta)
+
+
+@register_advantage("gigpo")
+def _gigpo(g: GroupSteps, cfg) -> torch.Tensor:
+    from agentprm.targets.mc import returns_to_go
+
+    lengths = g.mask.sum(1).long().tolist()   # discounted returns-to-go of each episode's turns, γ = gigpo_gamma
+    returns, _ = pad_steps([returns_to_go(r[:n].tolist(), cfg.gigpo_gamma).tolist() for r, n in zip(g.rewards, lengths)])
+    return gigpo_advantages(g.outcomes, returns, g.mask, g.anchors, cfg.gigpo_omega, cfg.gigpo_std_norm)

@@ -80,8 +80,12 @@ class PolicyUpdateConfig:
 class PolicyGradientConfig:
     """The loop's `policy_gradient` section (algo grpo | spro | gigpo). Groups are the `rollout.per_task` episodes
     of π_{i-1} on each train task."""
+    advantage: str = ""            # algo grpo: the advantage estimator (policy/advantages.py: grpo, rloo, spro, gigpo,
+                                   # or one registered from outside); "" = the algorithm's own (algo spro: spro, …)
     spro_beta: float = 0.05        # SPRO's β on the cumulative process reward (its paper leaves it unreported);
-                                   # algo grpo always uses 0 (outcome only)
+                                   # the grpo estimator always uses 0 (outcome only)
+    spro_reference: str = "initial"   # SPRO's π_ref: "initial" = π0, frozen (its paper), or "previous" = π_{i-1} (then
+                                   # the process reward starts at 0 each iteration and SPRO's first step is GRPO's)
     gigpo_omega: float = 1.0       # GiGPO's ω: weight of the anchor-state step advantage (its paper: 1)
     gigpo_gamma: float = 0.95      # GiGPO's γ of the step returns compared within an anchor group (its paper: 0.95)
     gigpo_std_norm: bool = True    # GiGPO: divide by the group's std (verl-agent mean_std_norm), else mean only

@@ -10,10 +10,12 @@ Per turn, with ρ = π_θ(reply|s) / π_old(reply|s) (sequence probabilities) an
 
     L = − mean_turns min(ρ A, clip(ρ, 1 − ε, 1 + ε) A) − c_H · Ĥ
 
-π_old = π_ref = π_{i-1}: the episodes were sampled from π_{i-1}, and π_{i-1} (frozen) is the reference, so
-the process reward is 0 on the first step and then measures how far π_θ has moved on each turn (recomputed from
-the current model every step, detached). Ĥ = mean −log π_θ(reply|s) over the batch's stored replies, a
-sequence-level sample estimate of the entropy (reply_logprobs returns sums, not full distributions).
+π_old = π_{i-1}, the policy that sampled the episodes. A comes from the advantage estimator the update is given
+(policy/advantages.py ADVANTAGES: grpo, rloo, spro, gigpo, or one registered from outside). SPRO's reads the process
+reward β Σ log(π_θ/π_ref) (recomputed from the current model every step, detached), π_ref a frozen model: π0 in
+SPRO's paper (`reference`), π_old when none is given — then the process reward is 0 on the first step and measures
+only how far π_θ has moved since. Ĥ = mean −log π_θ(reply|s) over the batch's stored replies, a sequence-level sample
+estimate of the entropy (reply_logprobs returns sums, not full distributions).
 
 A training example is a whole group (the masked mean needs every episode of the task at once); the loss plugs
 into the shared training core. Groups with fewer than two usable episodes carry no signal and are dropped.
@@ -26,54 +28,43 @@ from typing import Iterable, Sequence
 import torch
 
 from agentprm.agent.encoding import PromptConfig
-from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, encode_episode
+from agentprm.agent.episodes import EncodedEpisode, add_reference_logprobs, anchor_state, encode_episode
 from agentprm.agent.scoring import reply_logprobs
-from agentprm.data.trajectories import EpisodeRecord, StepRecord
-from agentprm.policy.advantages import gigpo_advantages, pad_steps, spro_advantages
-from agentprm.targets.mc import returns_to_go
+from agentprm.data.trajectories import EpisodeRecord
+from agentprm.policy.advantages import ADVANTAGES, GroupSteps, pad_steps
 from agentprm.policy.config import PolicyGradientConfig
 from agentprm.train.core import train
 
 
 Group = list[EncodedEpisode]
+__all__ = ["anchor_state", "encode_groups", "PolicyGradientLoss", "train_policy_gradient"]
 
 
-def anchor_state(step: StepRecord) -> str:
-    """GiGPO's anchor key: the state a step stands in as the agent sees it, its observation and admissible commands
-    (the observation alone would merge, e.g., every "Nothing happens." of a group; the commands also say what is held
-    and where). verl-agent keys by the observation; here both, since ALFWorld's observations repeat across states."""
-    return step.observation + "\x00" + "\x00".join(sorted(step.admissible))
-
-
-def encode_groups(episodes: Iterable[EpisodeRecord], tokenizer, prompt_cfg: PromptConfig,
-                  gigpo: PolicyGradientConfig | None = None) -> list[Group]:
-    """Episodes grouped by task; failed-env or empty episodes and groups of one dropped. With `gigpo` (its ω, γ and
-    normalisation), each episode also gets its fixed GiGPO advantage per turn."""
+def encode_groups(episodes: Iterable[EpisodeRecord], tokenizer, prompt_cfg: PromptConfig) -> list[Group]:
+    """Episodes grouped by task; failed-env or empty episodes and groups of one dropped."""
     by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for episode in episodes:
         if not episode.error and episode.steps:
             by_task[episode.task_id].append(episode)
-    groups = []
-    for _, records in sorted(by_task.items()):
-        if len(records) < 2:
-            continue
-        group = [encode_episode(e, tokenizer, prompt_cfg) for e in records]
-        if gigpo is not None:
-            returns, mask = pad_steps([returns_to_go([s.reward for s in e.steps], gigpo.gigpo_gamma).tolist() for e in records])
-            adv = gigpo_advantages(torch.tensor([float(e.won) for e in records]), returns, mask,
-                                   [[anchor_state(s) for s in e.steps] for e in records], gigpo.gigpo_omega,
-                                   gigpo.gigpo_std_norm)
-            for k, ep in enumerate(group):
-                ep.advantages = adv[k, :len(ep.prompts)]
-        groups.append(group)
-    return groups
+    return [[encode_episode(e, tokenizer, prompt_cfg) for e in records]
+            for _, records in sorted(by_task.items()) if len(records) >= 2]
+
+
+def group_steps(group: Group, logp: Sequence[torch.Tensor] | None) -> GroupSteps:
+    """What an estimator sees of a group; `logp`: π_θ's log-probs per episode (None: log_ratios stay 0)."""
+    rewards, mask = pad_steps([ep.rewards for ep in group])
+    log_ratios = (pad_steps([(lp.detach() - ep.ref_logps).tolist() for lp, ep in zip(logp, group)])[0]
+                  if logp is not None else torch.zeros_like(mask))
+    return GroupSteps(torch.tensor([ep.outcome for ep in group]), rewards, mask, [ep.anchors for ep in group],
+                      log_ratios)
 
 
 class PolicyGradientLoss:
-    """`loss_fn(model, groups)` for the training core: the clipped surrogate with per-turn GRPO/SPRO advantages."""
+    """`loss_fn(model, groups)` for the training core: the clipped surrogate with the per-turn advantages of the
+    estimator named `advantage` (policy/advantages.py)."""
 
-    def __init__(self, cfg: PolicyGradientConfig, pad_id: int, process_beta: float = 0.0):
-        self.cfg, self.pad_id, self.process_beta = cfg, pad_id, process_beta
+    def __init__(self, cfg: PolicyGradientConfig, pad_id: int, advantage: str = "grpo"):
+        self.cfg, self.pad_id, self.estimator = cfg, pad_id, ADVANTAGES.entry(advantage)
 
     def __call__(self, model, groups: Sequence[Group]) -> tuple[torch.Tensor, dict]:
         episodes = [ep for g in groups for ep in g]
@@ -82,16 +73,12 @@ class PolicyGradientLoss:
         per_episode = list(torch.split(logps, [len(ep.prompts) for ep in episodes]))
         surrogate, clipped, advs, k = [], [], [], 0
         for group in groups:
-            logp, ref = per_episode[k:k + len(group)], [ep.ref_logps for ep in group]
+            logp = per_episode[k:k + len(group)]
             k += len(group)
-            log_ratio, mask = pad_steps([(lp.detach() - r).tolist() for lp, r in zip(logp, ref)])
-            if group[0].advantages is not None:   # GiGPO's, fixed at encoding
-                adv, _ = pad_steps([ep.advantages.tolist() for ep in group])
-            else:
-                adv = spro_advantages(torch.tensor([ep.outcome for ep in group]), log_ratio, mask, self.process_beta)
-            for i, (lp, r) in enumerate(zip(logp, ref)):
+            adv = self.estimator.fn(group_steps(group, logp if self.estimator.uses_reference else None), self.cfg)
+            for i, (lp, ep) in enumerate(zip(logp, group)):
                 a = adv[i, :len(lp)]
-                ratio = torch.exp(lp - r)
+                ratio = torch.exp(lp - old_logps(ep))
                 surrogate.append(torch.min(ratio * a, ratio.clamp(1 - self.cfg.clip, 1 + self.cfg.clip) * a))
                 clipped.append(((ratio - 1).abs() > self.cfg.clip).float().detach())
                 advs.append(a)
@@ -100,22 +87,28 @@ class PolicyGradientLoss:
         adv_all = torch.cat(advs)
         return loss, {"surrogate": float(surrogate_all.mean().detach()), "entropy": float(entropy.detach()),
                       "clip_frac": float(torch.cat(clipped).mean()), "adv_abs": float(adv_all.abs().mean()),
-                      "log_ratio": float((logps.detach() - torch.cat([ep.ref_logps for ep in episodes])).mean())}
+                      "log_ratio": float((logps.detach() - torch.cat([old_logps(ep) for ep in episodes])).mean())}
+
+
+def old_logps(ep: EncodedEpisode) -> torch.Tensor:
+    return ep.ref_logps if ep.old_logps is None else ep.old_logps
 
 
 def train_policy_gradient(model, tokenizer, prompt_cfg: PromptConfig, episodes: Iterable[EpisodeRecord],
-                          cfg: PolicyGradientConfig, process_beta: float = 0.0, seed: int = 0, progress: bool = True,
-                          on_log=None, gigpo: bool = False) -> list[dict]:
-    """Update `model` (π_{i-1} on entry) in place on π_{i-1}'s episodes; `process_beta` = SPRO's β (0: GRPO);
-    `gigpo`: GiGPO's advantages instead (cfg's gigpo_* settings). π_ref = π_old enter only through their log-probs of
-    the stored replies, computed here before the first step, so no frozen copy is kept."""
-    if gigpo and process_beta:
-        raise ValueError("GiGPO's advantages have no process reward: process_beta must be 0")
-    groups = encode_groups(episodes, tokenizer, prompt_cfg, cfg if gigpo else None)
+                          cfg: PolicyGradientConfig, advantage: str = "grpo", seed: int = 0, progress: bool = True,
+                          on_log=None, reference=None) -> list[dict]:
+    """Update `model` (π_{i-1} = π_old on entry) in place on π_{i-1}'s episodes with the advantages of the estimator
+    named `advantage`. π_old's log-probs of the stored replies are computed here before the first step, and with
+    `reference` (a frozen model: SPRO's π0) π_ref's; without it π_ref = π_old, and no frozen copy is kept."""
+    groups = encode_groups(episodes, tokenizer, prompt_cfg)
     if not groups:
         return []
-    add_reference_logprobs([ep for g in groups for ep in g], model.eval(), tokenizer.pad_token_id)
-    return train(model, groups, PolicyGradientLoss(cfg, tokenizer.pad_token_id, process_beta),
-                 cfg.train_config(len(groups), seed),
-                 description="gigpo" if gigpo else "spro" if process_beta else "grpo",
-                 progress=progress, on_log=on_log)
+    loss = PolicyGradientLoss(cfg, tokenizer.pad_token_id, advantage)   # an unknown estimator: refused before work
+    encoded = [ep for g in groups for ep in g]
+    add_reference_logprobs(encoded, model.eval(), tokenizer.pad_token_id)
+    if reference is not None:
+        for ep in encoded:
+            ep.old_logps = ep.ref_logps
+        add_reference_logprobs(encoded, reference.eval(), tokenizer.pad_token_id)
+    return train(model, groups, loss, cfg.train_config(len(groups), seed), description=advantage, progress=progress,
+                 on_log=on_log)

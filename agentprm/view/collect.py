@@ -101,4 +101,5 @@ def collect_run(run_dir: str | Path) -> dict:
                     "wall_seconds": results.get("wall_seconds"), "git_revision": provenance.get("git_revision"),
                     "versions": provenance.get("versions") or {}},
             "rows": rows, "comparisons": results.get("comparisons") or [], "curves": curves(run_dir),
+            "curve": results.get("curve") or [],
             "episodes": saved}

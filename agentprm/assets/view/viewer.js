@@ -104,6 +104,12 @@ function curves() {
              ci: rows.map((r) => r.ci95.map((v) => 100 * v)) };
   }), "iteration", "success %", { y: { min: 0, max: 100 } });
 
+  const curve = DATA.curve || [];
+  if (curve.length) lineChart("chart-curve", [{ label: "greedy π_i", data: curve.map((c) => ({ x: c.env_steps,
+    y: 100 * c.success_rate })), ci: curve.map((c) => c.ci95.map((v) => 100 * v)) }], "env steps", "success %",
+    { y: { min: 0, max: 100 } });
+  else document.getElementById("fig-curve").hidden = true;
+
   const prm = DATA.curves.prm;
   const metrics = ["heldout_pairwise_accuracy", "heldout_spearman", "train_pairwise_accuracy"];
   lineChart("chart-prm", metrics.filter((m) => prm.some((p) => p[m] != null)).map((m) => ({

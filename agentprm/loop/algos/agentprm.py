@@ -1,27 +1,27 @@
 """AgentPRM (arXiv 2502.10325, Alg. 1), one iteration:
-rollouts of π_{i-1} → MC Q-targets (γ from t) → PRM Q_i → online DPO π_i vs π_{i-1} → eval π_i and BoN(π_i, Q_i)."""
+rollouts of π_{i-1} → MC Q-targets (γ from t) → PRM Q_i → online DPO π_i vs π_{i-1}; the loop evaluates (π_i, Q_i)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from agentprm.errors import UserError
-from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, register_algorithm
+from agentprm.loop.algos.registry import POLICY_UPDATE_FIELDS, IterationContext, IterationResult, register_algorithm
 from agentprm.loop.policy_stage import PolicyStage, update_policy
 
 
-def value_model(loop, train_tasks) -> Path:
+def value_model(ctx: IterationContext) -> Path:
     """V^μ for reward shaping (`targets.shaping_alpha` > 0), μ = π0: fitted once to π0's MC returns from its
     iteration-1 rollouts, initialised from π0 with the PRM's settings (prm/value.py)."""
     from agentprm.prm.value import fit_value_model, value_targets
 
-    c, policy0 = loop.cfg, loop.policy0(train_tasks)
-    rollouts = loop.rollouts(1, policy0, train_tasks)
+    c, policy0 = ctx.cfg, ctx.policy0()
+    rollouts = ctx.rollouts_of(1, policy0, ctx.batch_of(1))
 
     def build(out: Path) -> None:
         states, values = value_targets(rollouts, c.targets.gamma)
-        fit_value_model(states, values, policy0, c.prm.train_config(c.seed), progress=loop.progress).save(out)
+        fit_value_model(states, values, policy0, c.prm.train_config(c.seed), progress=ctx.progress).save(out)
 
-    return loop.stages.run("shaping/value", "shaping/value", build)
+    return ctx.stages.run("shaping/value", "shaping/value", build)
 
 
 def check(cfg, where) -> None:
@@ -33,7 +33,7 @@ def check(cfg, where) -> None:
 
 @register_algorithm("agentprm", check=check, uses=(*POLICY_UPDATE_FIELDS, "targets.shaping_alpha", "targets.source",
                                                     "rollout.branches", "policy.critic=oracle"))
-def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
+def iteration(ctx: IterationContext, prev: Path) -> IterationResult:
     from agentprm.data.tables import write_with_info
     from agentprm.prm.model import ProcessRewardModel
     from agentprm.prm.train import train_prm
@@ -41,14 +41,14 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
     from agentprm.targets.mc import targets_from_rollouts
     from agentprm.targets.shaping import shape_targets
 
-    c, seed, it = loop.cfg, loop.cfg.seed + i, f"iter_{i}"
-    rollouts = loop.rollouts(i, prev, train_tasks)
+    c, seed, it = ctx.cfg, ctx.seed, f"iter_{ctx.i}"
+    rollouts = ctx.rollouts(prev)
 
     def targets(out: Path) -> None:
         if c.targets.source == "continuation":
             from agentprm.targets.continuation import continuation_targets
 
-            t = continuation_targets(rollouts, train_tasks, prev, gamma=c.targets.gamma, max_steps=c.rollout.max_steps,
+            t = continuation_targets(rollouts, ctx.tasks, prev, gamma=c.targets.gamma, max_steps=c.rollout.max_steps,
                                      states=c.targets.continuation_states,
                                      candidates=c.targets.continuation_candidates, seed=seed, mode=c.rollout.mode,
                                      num_envs=c.rollout.num_envs, workers=c.rollout.workers)
@@ -56,15 +56,14 @@ def iteration(loop, i: int, prev: Path, train_tasks, eval_tasks) -> Path:
             return
         t = targets_from_rollouts(rollouts, c.targets.gamma)
         if c.targets.shaping_alpha > 0:
-            t = shape_targets(t, model_values(ProcessRewardModel.load(value_model(loop, train_tasks))),
+            t = shape_targets(t, model_values(ProcessRewardModel.load(value_model(ctx))),
                               c.targets.shaping_alpha, c.targets.gamma, rollouts)
         write_with_info(out, t.table, t.info)
 
-    targets_path = loop.stages.run(f"{it}/targets", f"{it}/targets.parquet", targets)
+    targets_path = ctx.stages.run(f"{it}/targets", f"{it}/targets.parquet", targets)
     init = prev if c.prm.init == "policy" else c.prm.init
-    prm = loop.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
-        targets_path, init, c.prm.loss, out, c.prm.train_config(seed), progress=loop.progress, **c.prm.options()))
-    policy = loop.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
-        PolicyStage.of(c), loop.stages, i, prev, prm, rollouts, train_tasks, out, loop.progress))
-    loop.evaluate_iteration(i, policy, prm, eval_tasks)
-    return policy
+    prm = ctx.stages.run(f"{it}/prm", f"{it}/prm", lambda out: train_prm(
+        targets_path, init, c.prm.loss, out, c.prm.train_config(seed), progress=ctx.progress, **c.prm.options()))
+    policy = ctx.stages.run(f"{it}/policy", f"{it}/policy", lambda out: update_policy(
+        PolicyStage.of(c), ctx.stages, ctx.i, prev, prm, rollouts, ctx.tasks, out, ctx.progress))
+    return IterationResult(policy, prm)
