@@ -11,17 +11,14 @@ rollout episodes per second. Runs are resumable (a rerun continues them)."""
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 import yaml
 
+from iteration_cost import stage_seconds   # bench/, beside this script
+
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "onpolicy-grpo.yaml"
-
-
-def stage_seconds(run: Path) -> dict[str, float]:
-    return {m["stage"]: m["seconds"] for m in (json.loads(p.read_text()) for p in (run / ".stages").glob("*.done"))}
 
 
 def main() -> None:

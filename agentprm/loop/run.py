@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 import time
+from itertools import accumulate
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -362,14 +363,16 @@ def learning_curve(run_dir: Path, rows: list[dict], timings: dict[str, float]) -
     """Greedy success of every evaluated π_i against what training had spent by then: `env_steps`, the turns its
     iterations' rollouts played (iterations 1..i; branch and continuation plays, and the expert's demos, are not
     counted), and `train_seconds`, the seconds of those iterations' own stages (evals excluded)."""
-    curve = []
-    for r in rows:
-        if r["best_of_n"] != 1 or r.get("search"):
-            continue
-        i = r["iteration"]
-        steps = sum(rollout_turns(run_dir / f"iter_{j}" / "rollouts") for j in range(1, i + 1))
-        seconds = sum(s for name, s in timings.items()
-                      if name.startswith("iter_") and 1 <= int(name.split("/")[0][5:]) <= i)
-        curve.append({"iteration": i, "env_steps": steps, "train_seconds": round(seconds, 1),
-                      "success_rate": r["success_rate"], "ci95": r["ci95"], "episodes": r["episodes"]})
-    return curve
+    greedy = [r for r in rows if r["best_of_n"] == 1 and not r.get("search")]
+    last = max((r["iteration"] for r in greedy), default=0)
+    turns, own = [0] * (last + 1), [0.0] * (last + 1)   # iteration j's own turns and stage seconds
+    for j in range(1, last + 1):
+        turns[j] = rollout_turns(run_dir / f"iter_{j}" / "rollouts")
+    for name, s in timings.items():
+        j = int(name.split("/")[0][5:]) if name.startswith("iter_") else 0
+        if 1 <= j <= last:
+            own[j] += s
+    steps, seconds = list(accumulate(turns)), list(accumulate(own))   # spent by the end of iteration j
+    return [{"iteration": r["iteration"], "env_steps": steps[r["iteration"]],
+             "train_seconds": round(seconds[r["iteration"]], 1), "success_rate": r["success_rate"],
+             "ci95": r["ci95"], "episodes": r["episodes"]} for r in greedy]

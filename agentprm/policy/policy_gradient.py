@@ -105,10 +105,9 @@ def train_policy_gradient(model, tokenizer, prompt_cfg: PromptConfig, episodes: 
         return []
     loss = PolicyGradientLoss(cfg, tokenizer.pad_token_id, advantage)   # an unknown estimator: refused before work
     encoded = [ep for g in groups for ep in g]
-    add_reference_logprobs(encoded, model.eval(), tokenizer.pad_token_id)
+    add_reference_logprobs(encoded, model.eval(), tokenizer.pad_token_id,
+                           "ref_logps" if reference is None else "old_logps")
     if reference is not None:
-        for ep in encoded:
-            ep.old_logps = ep.ref_logps
         add_reference_logprobs(encoded, reference.eval(), tokenizer.pad_token_id)
     return train(model, groups, loss, cfg.train_config(len(groups), seed), description=advantage, progress=progress,
                  on_log=on_log)

@@ -33,7 +33,7 @@ def policy_gradient_iteration(ctx: IterationContext, prev: Path, advantage: str)
         model, tokenizer, prompt = load_causal_lm(prev), load_tokenizer(prev), PromptConfig.load(prev)
         details = {"advantages": advantage, "process_beta": cfg.spro_beta if estimator.uses_reference else 0.0,
                    "process_reference": str(reference_dir) if estimator.uses_reference else None}
-        reference = load_causal_lm(reference_dir) if initial and Path(reference_dir) != Path(prev) else None
+        reference = load_causal_lm(reference_dir) if reference_dir != prev else None   # π0 past iteration 1
         if cfg.lora.r:   # adapters on π_{i-1} (models/lora.py)
             from agentprm.models.lora import add_lora, trainable
 
