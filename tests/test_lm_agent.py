@@ -185,6 +185,44 @@ def test_reply_logprobs_equal_a_plain_forward_with_gradients(model, tok, states_
     model.zero_grad(set_to_none=True)
 
 
+def test_length_buckets_partition_rows_by_length_within_their_cost():
+    from agentprm.agent.scoring import PADDING_SLACK, length_buckets
+
+    lengths = [7, 300, 12, 299, 8, 150, 301, 9, 151, 10]
+    buckets = length_buckets(lengths, max_elements=2 * 301 ** 2)
+    assert sorted(i for b in buckets for i in b) == list(range(len(lengths)))
+    for b in buckets:
+        longest = max(lengths[i] for i in b)
+        assert [lengths[i] for i in b] == sorted(lengths[i] for i in b)
+        assert len(b) == 1 or len(b) * longest ** 2 <= min(2 * 301 ** 2, PADDING_SLACK * sum(lengths[i] ** 2 for i in b))
+    # the three ~300-token rows may not share a forward (3 × 301² > the cap), and no short row rides with a long one
+    assert max(len(b) for b in buckets if lengths[b[0]] >= 299) == 2
+    assert all(max(lengths[i] for i in b) < 2 * min(lengths[i] for i in b) for b in buckets)
+
+
+def test_reply_logprobs_over_mixed_lengths_equal_each_row_alone_with_equal_gradients(model, tok, states_turns,
+                                                                                     monkeypatch):
+    """Rows of unlike length are scored in several length-bucketed forwards; each sum and the gradient of their
+    total equal what each row alone gives."""
+    from agentprm.agent import scoring
+    from agentprm.agent.encoding import reply_ids
+
+    states = [s for turns in states_turns for s in turns][:12]
+    prompts = [prompt_ids(tok, s, PromptConfig())[: 20 + 9 * k] for k, s in enumerate(states)]
+    replies = [reply_ids(tok, s.admissible[k % len(s.admissible)]) for k, s in enumerate(states)]
+    monkeypatch.setattr(scoring, "TRAIN_ELEMENTS", 4 * max(len(p) + len(r) for p, r in zip(prompts, replies)) ** 2)
+    assert len(scoring.length_buckets([len(p) + len(r) for p, r in zip(prompts, replies)], scoring.TRAIN_ELEMENTS)) > 2
+    got = scoring.reply_logprobs(model, prompts, replies, tok.pad_token_id)
+    got.sum().backward()
+    grad = model.get_output_embeddings().weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    alone = torch.cat([scoring.reply_logprobs(model, [p], [r], tok.pad_token_id) for p, r in zip(prompts, replies)])
+    alone.sum().backward()
+    assert torch.allclose(got, alone, atol=1e-4)
+    assert torch.allclose(grad, model.get_output_embeddings().weight.grad, atol=1e-4)
+    model.zero_grad(set_to_none=True)
+
+
 def test_sft_loss_equals_the_models_own_loss_over_reply_tokens(model, tok, states_turns):
     from agentprm.agent.encoding import reply_ids
     from agentprm.agent.scoring import right_pad

@@ -46,5 +46,10 @@ def encode_episode(episode: EpisodeRecord, tokenizer, prompt_cfg: PromptConfig) 
 def add_reference_logprobs(episodes: Iterable[EncodedEpisode], reference, pad_id: int,
                            field: str = "ref_logps") -> None:
     """log `reference`(reply|s) of every turn, into each episode's `field` (ref_logps, or old_logps)."""
-    for ep in episodes:
-        setattr(ep, field, reply_logprobs(reference, ep.prompts, ep.replies, pad_id).cpu())
+    episodes = list(episodes)
+    for start in range(0, len(episodes), 64):   # all turns of 64 episodes per call: length-bucketed forwards
+        chunk = episodes[start:start + 64]
+        logps = reply_logprobs(reference, [p for ep in chunk for p in ep.prompts],
+                               [r for ep in chunk for r in ep.replies], pad_id).cpu()
+        for ep, lp in zip(chunk, torch.split(logps, [len(ep.prompts) for ep in chunk])):
+            setattr(ep, field, lp)

@@ -46,9 +46,29 @@ def positions(mask: torch.Tensor, offset: torch.Tensor | None = None) -> torch.T
 
 
 MAX_MASK_ELEMENTS = 2 ** 25  # packed rows per forward: batch x length^2 of the 4-D mask stays under this
+TRAIN_ELEMENTS = 2 ** 20  # reply_logprobs: rows × length² per forward; small forwards of like length beat one padded
+                          # forward of all rows on CPU (bench/onpolicy_iteration.py)
 PADDING_SLACK = 1.25  # a forward may cost at most this much more than its rows unpadded (cost ~ length^2)
 ATTENTION_BUDGET = 8 * 2 ** 30  # bytes of one layer's attention weights a packed row may take (else: `_score_shared`)
 CACHE_BUDGET = 2 ** 30  # bytes of repeated KV cache one chunk of `_score_shared` may take
+
+
+def length_buckets(lengths: Sequence[int], max_elements: int = MAX_MASK_ELEMENTS) -> list[list[int]]:
+    """Indices of `lengths` sorted by length and cut into forwards whose padded cost (rows × the longest's length²,
+    attention being quadratic) stays within PADDING_SLACK of their rows' own and within `max_elements`: one
+    forward over rows of 100 and 400 tokens costs 16× the short one's unpadded."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    buckets, lo = [], 0
+    while lo < len(order):
+        hi, own = lo + 1, lengths[order[lo]] ** 2
+        while hi < len(order):
+            longest = lengths[order[hi]] ** 2   # sorted: the newcomer is the longest
+            if (hi + 1 - lo) * longest > min(max_elements, PADDING_SLACK * (own + longest)):
+                break
+            hi, own = hi + 1, own + longest
+        buckets.append(order[lo:hi])
+        lo = hi
+    return buckets
 
 
 def _memory_per_token(model) -> tuple[float, float]:
@@ -97,18 +117,10 @@ def score_candidates(model, prompt_ids: Sequence[Sequence[int]], candidate_ids: 
             chunk = max(1, int(CACHE_BUDGET // max(1, 2 * cache * len(prompt_ids[i]))))   # the repeated cache,
             # and its copy when a chunk's own keys are appended to it
             scores[i] = _score_shared(model, prompt_ids[i], candidate_ids[i], chunk)
-    order = sorted((i for i in range(len(rows)) if scores[i] is None), key=lambda i: len(rows[i][0]))
-    lo = 0
-    while lo < len(order):
-        hi, own = lo + 1, len(rows[order[lo]][0]) ** 2
-        while hi < len(order):
-            longest = len(rows[order[hi]][0]) ** 2  # sorted: the newcomer is the longest
-            if (hi + 1 - lo) * longest > min(MAX_MASK_ELEMENTS, PADDING_SLACK * (own + longest)):
-                break
-            hi, own = hi + 1, own + longest
-        for i, score in zip(order[lo:hi], _score_rows(model, [rows[i] for i in order[lo:hi]], pad_id)):
+    todo = [i for i in range(len(rows)) if scores[i] is None]
+    for bucket in length_buckets([len(rows[i][0]) for i in todo]):
+        for i, score in zip([todo[k] for k in bucket], _score_rows(model, [rows[todo[k]] for k in bucket], pad_id)):
             scores[i] = score
-        lo = hi
     return scores
 
 
@@ -217,15 +229,18 @@ def reply_logprobs(model, prompt_ids: Sequence[Sequence[int]], reply_ids: Sequen
     memory (bench/model_scale.py)."""
     device = next(model.parameters()).device
     seqs = [list(p) + list(r) for p, r in zip(prompt_ids, reply_ids)]
-    ids, mask = right_pad(seqs, pad_id)
-    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
-    row, at, token = [], [], []
-    for i, (p, r) in enumerate(zip(prompt_ids, reply_ids)):
-        for j, t in enumerate(r):   # position len(p) - 1 + j predicts the reply's token j
-            row.append(i), at.append(len(p) - 1 + j), token.append(t)
-    if not row:
-        return hidden.new_zeros(len(seqs), dtype=torch.float32)
-    logits = model.get_output_embeddings()(hidden[torch.tensor(row, device=device), torch.tensor(at, device=device)])
-    logp = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(token, device=device)[:, None]).squeeze(-1)
-    return torch.zeros(len(seqs), device=device, dtype=logp.dtype).index_add(0, torch.tensor(row, device=device),
-                                                                              logp)
+    out = torch.zeros(len(seqs), device=device, dtype=torch.float32)
+    for bucket in length_buckets([len(s) for s in seqs], TRAIN_ELEMENTS):
+        ids, mask = right_pad([seqs[i] for i in bucket], pad_id)
+        hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        row, at, token = [], [], []
+        for k, i in enumerate(bucket):
+            for j, t in enumerate(reply_ids[i]):   # position len(prompt) - 1 + j predicts the reply's token j
+                row.append(k), at.append(len(prompt_ids[i]) - 1 + j), token.append(t)
+        if not row:
+            continue
+        logits = model.get_output_embeddings()(hidden[torch.tensor(row, device=device), torch.tensor(at, device=device)])
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(token, device=device)[:, None]).squeeze(-1)
+        owner = torch.tensor(bucket, device=device)[torch.tensor(row, device=device)]
+        out = out.index_add(0, owner, logp)
+    return out
