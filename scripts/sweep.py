@@ -9,7 +9,9 @@ Each variant/seed is an ordinary resumable loop run under <out>/<variant>/seed<k
 <out>/seed<k>/); a stage a variant does exactly as an earlier one is copied from it (same tasks, π0, its eval, π0's
 rollouts), so every variant's iteration 1 starts from the very same data and rows are paired. Success is pooled
 over seeds' eval episodes (Wilson 95% CI) with per-seed rates. Writes <out>/sweep.md and <out>/sweep.json;
---resume continues.
+--resume continues. With --outcomes DIR each finished run's eval outcomes go to DIR/<variant>-seed<k>.parquet (the
+small files a study commits); --from-outcomes DIR writes the same tables from those files alone, over the seeds
+every variant finished (no run folders needed, nothing is run).
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from pathlib import Path
 from agentprm.data.summary import pooled_rows
 from agentprm.errors import UserError
 from agentprm.io import provenance, write_json, write_text
-from agentprm.loop.sweep import load_sweep, run_sweep, search_rows, sweep_comparisons, sweep_markdown
+from agentprm.loop.sweep import (load_sweep, read_sweep_outcomes, run_sweep, search_rows, sweep_comparisons,
+                                 sweep_markdown)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,13 +32,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="the sweep's folder")
     ap.add_argument("--paper", action="store_true", help="the paper's numbers beside matching rows (also `paper:`)")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--outcomes", help="write each finished run's eval outcomes (Parquet) into this folder")
+    ap.add_argument("--from-outcomes", help="tables from this folder's outcome files alone; runs nothing")
     args = ap.parse_args(argv)
     try:
         sweep = load_sweep(args.config)
     except UserError as e:
         ap.exit(2, f"error: {e}\n")
     out = Path(args.out)
-    summary = run_sweep(sweep.variants, args.seeds, out, args.resume)
+    if args.from_outcomes:
+        try:
+            found, args.seeds = read_sweep_outcomes(Path(args.from_outcomes))
+        except UserError as e:
+            ap.exit(2, f"error: {e}\n")
+        summary = {n: found[n] for n in sweep.variants if n in found}   # the sweep file's order: its reference first
+        sweep.search = None   # search rows are not in the outcome files
+    else:
+        summary = run_sweep(sweep.variants, args.seeds, out, args.resume,
+                            Path(args.outcomes) if args.outcomes else None)
     search, searched = [], None
     if sweep.search:
         name = sweep.search["variant"]

@@ -86,7 +86,7 @@ def test_sweep_script_runs_variants_search_and_paired_claims(tmp_path, generated
     path.write_text(yaml.safe_dump({"base": base, "variants": {"agentprm": {}, "grpo": {"algo": "grpo"}},
                                     "baseline": "grpo", "search": {"variant": "agentprm", "width": 1, "expand": 2}}))
     out = tmp_path / "out"
-    assert script.main(["--config", str(path), "--seeds", "0", "--out", str(out)]) == 0
+    assert script.main(["--config", str(path), "--seeds", "0", "--out", str(out), "--outcomes", str(tmp_path / "o")]) == 0
     done = json.loads((out / "sweep.json").read_text())
     pairs = {(c["a"], c["b"]) for c in done["comparisons"]}
     assert {("agentprm: pi1", "agentprm: pi0"), ("agentprm: pi1", "grpo: pi1"), ("BoN-2", "agentprm: pi1"),
@@ -96,3 +96,66 @@ def test_sweep_script_runs_variants_search_and_paired_claims(tmp_path, generated
     first = (out / "sweep.md").read_text()
     assert script.main(["--config", str(path), "--seeds", "0", "--out", str(out), "--resume"]) == 0
     assert (out / "sweep.md").read_text() == first
+    # the committed outcome files alone rebuild every pooled row and every non-search paired difference
+    again = tmp_path / "again"
+    assert script.main(["--config", str(path), "--out", str(again), "--from-outcomes", str(tmp_path / "o")]) == 0
+    rebuilt = json.loads((again / "sweep.json").read_text())
+    assert rebuilt["seeds"] == [0]
+    for name in ("agentprm", "grpo"):
+        assert [(r["policy"], r["success_rate"], r["episodes"]) for r in rebuilt["variants"][name]["rows"]] == [
+            (r["policy"], r["success_rate"], r["episodes"]) for r in done["variants"][name]["rows"]]
+    assert [c for c in done["comparisons"] if "BoN" not in c["a"] + c["b"] and "beam" not in c["a"] + c["b"]] == \
+        rebuilt["comparisons"]
+
+
+def fake_results(seed: int, lift: float, draw: int, tasks: int = 30) -> dict:
+    """A finished run's results.json in miniature: π0 and π2 on `tasks` games of the seed's own eval draw, π2
+    winning `lift` more often; `draw` seeds the outcomes."""
+    import random
+    rng = random.Random(draw)
+    rows = []
+    for policy, iteration, p in (("pi0", 0, 0.5), ("pi2", 2, 0.5 + lift)):
+        per_task = {f"eval-{seed}-{t:03d}": [int(rng.random() < p), 1] for t in range(tasks)}
+        wins = sum(w for w, _ in per_task.values())
+        rows.append({"policy": policy, "iteration": iteration, "best_of_n": 1, "search": "",
+                     "success_rate": wins / tasks, "episodes": tasks, "per_task": per_task})
+    return {"rows": rows, "curve": [{"iteration": 0, "env_steps": 0}, {"iteration": 2, "env_steps": 1234 + seed}],
+            "config": {"seed": seed}, "provenance": {}}
+
+
+def test_outcome_files_round_trip_to_the_same_pooled_rows_and_paired_claims(tmp_path):
+    """write_outcomes then read_sweep_outcomes give the rows, env steps and hierarchical paired differences of the
+    in-memory summary; a seed one variant lacks is left out of every variant."""
+    from agentprm.loop.sweep import read_sweep_outcomes, sweep_comparisons, with_env_steps, write_outcomes
+    from agentprm.data.summary import pooled_rows
+
+    results = {("a", s): fake_results(s, 0.2, s) for s in (0, 1, 2)} | {("b", s): fake_results(s, 0.0, 10 + s)
+                                                                         for s in (0, 1)}
+    for (name, seed), r in results.items():
+        write_outcomes(tmp_path / f"{name}-seed{seed}.parquet", r, name, seed)
+    summary, seeds = read_sweep_outcomes(tmp_path)
+    assert seeds == [0, 1] and set(summary) == {"a", "b"}
+    for name in ("a", "b"):
+        per_seed = {s: with_env_steps(results[(name, s)]) for s in seeds}
+        assert summary[name]["rows"] == pooled_rows(per_seed)
+        assert [[(r["env_steps"], r["per_task"]) for r in summary[name]["per_seed"][s]] for s in seeds] == \
+            [[(r["env_steps"], r["per_task"]) for r in per_seed[s]] for s in seeds]
+    want = sweep_comparisons({n: {"per_seed": {s: with_env_steps(results[(n, s)]) for s in seeds}} for n in "ab"}, "b")
+    got = sweep_comparisons(summary, "b")
+    assert got == want and {(c["a"], c["b"]) for c in got} >= {("a: pi2", "a: pi0"), ("a: pi2", "b: pi2")}
+    assert all(c["seeds"] == 2 for c in got)
+
+
+def test_outcome_files_refuse_impossible_counts(tmp_path):
+    import pyarrow as pa
+    from agentprm.data.tables import OUTCOMES_SCHEMA, read_outcomes, write_with_info
+
+    row = {"policy": ["pi0"], "iteration": [0], "best_of_n": [1], "search": [""], "env_steps": [0],
+           "task_id": ["t"], "wins": [2], "episodes": [1]}
+    path = write_with_info(tmp_path / "x-seed0.parquet", pa.table(row, schema=OUTCOMES_SCHEMA), {})
+    with pytest.raises(UserError, match="x-seed0.parquet: column 'wins' exceeds 'episodes'"):
+        read_outcomes(path)
+    row["wins"], row["episodes"] = [0], [0]
+    path = write_with_info(tmp_path / "y-seed0.parquet", pa.table(row, schema=OUTCOMES_SCHEMA), {})
+    with pytest.raises(UserError, match="y-seed0.parquet: column 'episodes' holds 0"):
+        read_outcomes(path)

@@ -27,8 +27,22 @@ Preference pairs (targets/pairs.py; one row per ordered pair, grouped by state i
     episode_id   string   a visit to the state: the episode ...
     turn         int32    ... and turn
 
+Eval outcomes (loop/sweep.py; one row per (eval row, game) of a finished run — what a study commits, so that its
+tables and CIs can be recomputed without the run folders):
+
+    column      type     meaning
+    policy      string   the results row: "pi0", "pi5", "pi5-BoN4", …
+    iteration   int32    the iteration whose policy played
+    best_of_n   int32    samples per turn (1: greedy)
+    search      string   "" or the search ("beam2x2")
+    env_steps   int64    train env steps the run had taken when that policy was trained (its learning curve)
+    task_id     string   the eval game
+    wins        int32    episodes won on it …
+    episodes    int32    … of episodes played (≥ 1)
+
 Metadata `agentprm` (JSON): targets — kind ("mc-targets", "continuation-targets"), the rollouts path (absolute),
-gamma, episode counts; pairs — the targets' metadata plus kind "pairs", the targets path and delta.
+gamma, episode counts; pairs — the targets' metadata plus kind "pairs", the targets path and delta; outcomes — kind
+"eval-outcomes", variant, seed, the run's config and provenance.
 """
 from __future__ import annotations
 
@@ -68,6 +82,18 @@ PAIRS_SCHEMA = pa.schema([
 ])
 
 
+OUTCOMES_SCHEMA = pa.schema([
+    ("policy", pa.string()),
+    ("iteration", pa.int32()),
+    ("best_of_n", pa.int32()),
+    ("search", pa.string()),
+    ("env_steps", pa.int64()),
+    ("task_id", pa.string()),
+    ("wins", pa.int32()),
+    ("episodes", pa.int32()),
+])
+
+
 @dataclass
 class TableFile:
     """A Parquet file read with its schema checked: the table, its `agentprm` metadata, where it came from."""
@@ -91,6 +117,7 @@ VALUE_RANGES = {   # column -> (low, high or None), both included: ALFWorld's re
     "reward": (0, 1),        # 0, so every discounted return, Q̂ and shaped target lies in [0, 1]
     "q": (0, 1), "q_chosen": (0, 1), "q_rejected": (0, 1),
     "turn": (0, None), "origin_turn": (0, None), "visits": (1, None),
+    "iteration": (0, None), "best_of_n": (1, None), "env_steps": (0, None), "wins": (0, None), "episodes": (1, None),
 }
 ENUMS = {"origin": ("", "reset", "branch")}   # column -> its values (data/trajectories.py documents them)
 
@@ -163,3 +190,10 @@ def read_targets(path: str | Path) -> TableFile:
 
 def read_pairs(path: str | Path) -> TableFile:
     return read_checked(path, PAIRS_SCHEMA, "pairs")
+
+
+def read_outcomes(path: str | Path) -> TableFile:
+    file = read_checked(path, OUTCOMES_SCHEMA, "eval outcomes")
+    if pc.any(pc.greater(file.table["wins"], file.table["episodes"])).as_py():
+        raise UserError(f"{path}: column 'wins' exceeds 'episodes' in some row")
+    return file

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import pyarrow as pa
+
 from agentprm.data.summary import per_seed_cell, pooled_rows, rate_cells, row_key
+from agentprm.data.tables import OUTCOMES_SCHEMA, read_outcomes, write_with_info
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.errors import UserError
 from agentprm.eval.paired import comparisons, comparisons_table, paired_difference, row_name, search_cell
@@ -57,15 +60,18 @@ def _playing(cfg: LoopConfig) -> tuple:
     return r.mode, r.num_envs, r.workers
 
 
-def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resume: bool) -> dict[str, dict]:
+def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resume: bool,
+              outcomes: Path | None = None) -> dict[str, dict]:
     """name -> {"rows": rows pooled over seeds, "per_seed": each seed's own rows (with per-task outcomes, for paired
     comparisons), "wall_seconds": the runs' stage seconds summed over seeds, "own_seconds": the same without the
-    stages it shares with the first config (for the first: with itself), demos excepted}."""
+    stages it shares with the first config (for the first: with itself), demos excepted}. Seed by seed, every
+    variant of a seed before the next seed, so that a sweep stopped part-way has whole seeds to compare. With
+    `outcomes`, each finished run's eval outcomes are written to <outcomes>/<name>-seed<k>.parquet (`write_outcomes`)."""
     first = next(iter(configs))
-    summary = {}
-    for k, (name, base) in enumerate(configs.items()):
-        per_seed, wall, own = {}, 0.0, 0.0
-        for seed in seeds:
+    per_seed: dict[str, dict[int, list[dict]]] = {name: {} for name in configs}
+    wall, own = dict.fromkeys(configs, 0.0), dict.fromkeys(configs, 0.0)
+    for seed in seeds:
+        for k, (name, base) in enumerate(configs.items()):
             cfg, run_dir = dataclasses.replace(base, seed=seed), out / name / f"seed{seed}"
             # copy from the earlier variant that shares the most stages (the first one, unless a later one also
             # agrees on e.g. the targets)
@@ -77,13 +83,66 @@ def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resum
             results = json.loads(done.read_text()) if done.exists() and resume else None
             if results is None or results["config"] != cfg.to_dict():   # e.g. `iterations` raised: extend the run
                 results = Loop(cfg, run_dir, resume, reuse=reuse).run()
-            per_seed[seed] = results["rows"]
-            wall += sum(results["stage_seconds"].values())
+            per_seed[name][seed] = with_env_steps(results)
+            if outcomes is not None:
+                write_outcomes(outcomes / f"{name or 'run'}-seed{seed}.parquet", results, name, seed)
+            wall[name] += sum(results["stage_seconds"].values())
             # demos count as the method's own: only the methods that learn from demos pay for them
-            own += sum(s for stage, s in results["stage_seconds"].items() if stage not in shared - {"demos"})
-        summary[name] = {"rows": pooled_rows(per_seed), "per_seed": per_seed, "wall_seconds": round(wall, 1),
-                         "own_seconds": round(own, 1)}
-    return summary
+            own[name] += sum(s for stage, s in results["stage_seconds"].items() if stage not in shared - {"demos"})
+    return {name: {"rows": pooled_rows(per_seed[name]), "per_seed": per_seed[name],
+                   "wall_seconds": round(wall[name], 1), "own_seconds": round(own[name], 1)} for name in configs}
+
+
+def with_env_steps(results: dict) -> list[dict]:
+    """A run's rows, each with the train env steps its policy's run had taken (results.json `curve`; 0 for π0)."""
+    steps = {p["iteration"]: p["env_steps"] for p in results.get("curve", [])}
+    return [{**r, "env_steps": steps.get(r["iteration"], 0 if r["iteration"] == 0 else None)} for r in results["rows"]]
+
+
+def write_outcomes(path: Path, results: dict, variant: str, seed: int) -> Path:
+    """A finished run's eval outcomes per (row, game) as Parquet (data/tables.py OUTCOMES_SCHEMA): the small file a
+    study commits so that its tables and CIs can be recomputed (`read_sweep_outcomes`) without the run folders."""
+    cols: dict[str, list] = {name: [] for name in OUTCOMES_SCHEMA.names}
+    for r in with_env_steps(results):
+        for task, (wins, n) in sorted(r.get("per_task", {}).items()):
+            for name, value in (("policy", r["policy"]), ("iteration", r["iteration"]), ("best_of_n", r["best_of_n"]),
+                                ("search", r.get("search", "")), ("env_steps", r["env_steps"] or 0),
+                                ("task_id", task), ("wins", wins), ("episodes", n)):
+                cols[name].append(value)
+    info = {"kind": "eval-outcomes", "variant": variant, "seed": seed, "config": results["config"],
+            "provenance": results.get("provenance")}
+    return write_with_info(path, pa.table(cols, schema=OUTCOMES_SCHEMA), info)
+
+
+def read_sweep_outcomes(folder: Path) -> tuple[dict[str, dict], list[int]]:
+    """The `run_sweep` summary (rows pooled over seeds, per-seed rows with per-task outcomes; seconds 0: not
+    recorded) of every <variant>-seed<k>.parquet under `folder`, and the seeds every variant has. A variant keeps
+    only the seeds all variants finished, so pooled rows and paired differences compare like with like."""
+    files = sorted(folder.glob("*-seed*.parquet"))
+    if not files:
+        raise UserError(f"{folder}: no <variant>-seed<k>.parquet outcome files")
+    per_seed: dict[str, dict[int, list[dict]]] = {}
+    for path in files:
+        file = read_outcomes(path)
+        name = file.info.get("variant", path.stem.rsplit("-seed", 1)[0])
+        seed = int(file.info.get("seed", path.stem.rsplit("-seed", 1)[1]))
+        rows: dict[tuple, dict] = {}
+        for rec in file.table.to_pylist():
+            key = (rec["policy"], rec["iteration"], rec["best_of_n"], rec["search"])
+            row = rows.setdefault(key, {"policy": rec["policy"], "iteration": rec["iteration"],
+                                        "best_of_n": rec["best_of_n"], "search": rec["search"],
+                                        "env_steps": rec["env_steps"], "per_task": {}})
+            row["per_task"][rec["task_id"]] = [rec["wins"], rec["episodes"]]
+        for row in rows.values():
+            wins = sum(w for w, _ in row["per_task"].values())
+            row["episodes"] = sum(n for _, n in row["per_task"].values())
+            row["success_rate"] = wins / row["episodes"]
+        per_seed.setdefault("" if name == "run" else name, {})[seed] = list(rows.values())
+    seeds = sorted(set.intersection(*(set(d) for d in per_seed.values())))
+    if not seeds:
+        raise UserError(f"{folder}: no seed has outcome files for every variant ({', '.join(sorted(per_seed))})")
+    return {name: {"rows": pooled_rows({s: d[s] for s in seeds}), "per_seed": {s: d[s] for s in seeds},
+                   "wall_seconds": 0.0, "own_seconds": 0.0} for name, d in per_seed.items()}, seeds
 
 
 PAPER = {("pi0", 1): 64.9, ("pi1", 1): 73.9, ("pi2", 1): 85.8, ("pi3", 1): 88.1, ("pi3", 16): 91.0}
@@ -219,14 +278,15 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
     paper = set(paper)
     lines = [f"`{source}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall s = the runs' stage "
              "seconds summed over seeds; own s = without the stages copied from another variant.", "",
-             "| variant | policy | acts by | success % | 95% CI | episodes | per seed % |"
+             "| variant | policy | acts by | env steps | success % | 95% CI | episodes | per seed % |"
              + (" paper % |" if paper else "") + " wall s | own s |",
-             "|---|---|---|---|---|---|---|" + ("---|" if paper else "") + "---|---|"]
+             "|---|---|---|---|---|---|---|---|" + ("---|" if paper else "") + "---|---|"]
     for name, done in summary.items():
         for r in done["rows"]:
             cell = PAPER.get((r["policy"], r["best_of_n"]), "") if name in paper and not r.get("search") else ""
-            lines.append(f"| {name or '—'} | {r['policy']} | {search_cell(r)} | {rate_cells(r)} | {per_seed_cell(r)} |"
-                         + (f" {cell} |" if paper else "") + f" {done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |")
+            lines.append(f"| {name or '—'} | {r['policy']} | {search_cell(r)} | {_env_steps(done, r)} | {rate_cells(r)} "
+                         f"| {per_seed_cell(r)} |" + (f" {cell} |" if paper else "")
+                         + f" {done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |")
     if search:
         lines += ["", "| test-time search (samples per turn) | success % | 95% CI | episodes | per seed % |",
                   "|---|---|---|---|---|"]
@@ -236,6 +296,13 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
                   "seed — a claim about the training, not only about these runs):", "",
                   comparisons_table(comps)]
     return "\n".join(lines) + "\n"
+
+
+def _env_steps(done: dict, r: dict) -> str:
+    """The train env steps behind a pooled row's policy, averaged over seeds ("" where the runs did not record it)."""
+    steps = [x.get("env_steps") for rows in done.get("per_seed", {}).values() for x in rows if row_key(x) == row_key(r)]
+    steps = [x for x in steps if x is not None]
+    return f"{sum(steps) / len(steps):,.0f}" if steps else ""
 
 
 def _merged(base: dict, over: dict) -> dict:
