@@ -19,10 +19,11 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, as the loop evaluates (default 0)")
     p.add_argument("--prm", metavar="DIR", help="a PRM folder (train-prm) to guide test-time search; "
                                                 "'uniform': seeded random scores, the control that says how much "
-                                                "of a search's gain is the PRM's; or 'policy': the --policy "
-                                                "model's own log π, the critic-free reference (Best-of-N acts with "
-                                                "its likeliest sample; beam keeps the branches whose next command "
-                                                "π is surest of)")
+                                                "of a search's gain is the PRM's; 'policy' (or 'logpi'): the "
+                                                "--policy model's own log π, the critic-free reference (Best-of-N "
+                                                "acts with its likeliest sample; beam keeps the branches whose next "
+                                                "command π is surest of); or the name of a critic you registered "
+                                                "(agentprm/search/critics.py)")
     p.add_argument("--layout", metavar="FILE", help="add ALFWorld's layout prior (`agentprm tasks layout` of the train "
                                                     "games) to the critic: logit Q + W·f, f a searching command's "
                                                     "advantage of where the wanted object tends to be")
@@ -48,9 +49,9 @@ def run(args) -> int:
     require((args.layout is None) == (args.layout_weight is None), "--layout and --layout-weight go together")
     require(not args.layout or args.best_of > 1, "--layout ranks one state's replies: it needs --best-of N (beam "
                                                  "search compares different states' scores)")
-    require(args.prm != "policy" or args.policy not in ("expert", "random"),
+    require(args.prm not in ("policy", "logpi") or args.policy not in ("expert", "random"),
             f"--prm policy scores replies by the --policy model's log π; {args.policy!r} has none")
-    own = make_agent(args) if args.prm == "policy" else None   # the critic is its own log π: one model in memory
+    own = make_agent(args) if args.prm in ("policy", "logpi") else None   # the critic is its own log π: one model in memory
     critic = _critic(args, own) if searching else None   # a bad PRM folder or layout file: refused before any play
     agent = own if own is not None else make_agent(args)
     from agentprm.data.summary import check_env_errors, print_table
@@ -76,18 +77,15 @@ def run(args) -> int:
 
 
 def _critic(args, policy=None):
-    if args.prm == "uniform":
-        from agentprm.search import UniformCritic
+    """`--prm`: a registered critic's name (search/critics.py: uniform, policy = logpi, layout, …, or one of yours
+    from an `agentprm.critics` entry point), else a PRM folder."""
+    from agentprm.search.critics import CriticContext, is_critic_name, make_critic
 
-        critic = UniformCritic(args.seed)
-    elif args.prm == "policy":
-        from agentprm.search.policy import PolicyCritic
-
-        critic = PolicyCritic(policy)
+    name = "logpi" if args.prm == "policy" else args.prm
+    if name in ("prm", "oracle") or not is_critic_name(name):   # a folder (even one called like a critic)
+        critic = make_critic("prm", CriticContext(args.seed, prm=args.prm))
     else:
-        from agentprm.prm.loading import load_prm
-
-        critic = load_prm(args.prm)
+        critic = make_critic(name, CriticContext(args.seed, policy=policy))
     if args.layout:
         from agentprm.search.layout import LayoutCritic, LayoutPrior
 

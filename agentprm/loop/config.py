@@ -24,8 +24,9 @@ from agentprm.agent.decoding import Decoding
 from agentprm.agent.remote import BackendConfig, check_backend_config
 from agentprm.models.device import DeviceConfig, check_device_config
 from agentprm.ranges import check_section
+from agentprm.search.critics import CRITICS, is_critic_name
 from agentprm.policy.update import UPDATES
-from agentprm.policy.config import (CRITICS, HackingConfig, PolicyGradientConfig,
+from agentprm.policy.config import (HackingConfig, PolicyGradientConfig,
                                     PolicyUpdateConfig, SFTConfig)
 from agentprm.prm.config import InversePrmConfig, PrimeConfig, PrmConfig
 from agentprm.targets.mc import TargetsConfig
@@ -210,10 +211,12 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     for path, value, known in (("rollout.mode", cfg.rollout.mode, ROLLOUT_MODES), ("rollout.pool", cfg.rollout.pool, POOLS),
                                ("prm.loss", cfg.prm.loss, tuple(PRM_LOSSES)),
                                ("targets.source", cfg.targets.source, TARGET_SOURCES),
-                               ("policy.method", cfg.policy.method, tuple(UPDATES)),
-                               ("policy.critic", cfg.policy.critic, CRITICS)):
+                               ("policy.method", cfg.policy.method, tuple(UPDATES))):
         if value not in known:
             raise UserError(f"{source}: field '{path}' must be one of {', '.join(known)}, got {value!r}")
+    if not is_critic_name(cfg.policy.critic) or cfg.policy.critic == "layout":   # layout needs a prior file
+        raise UserError(f"{where('policy.critic')} must be a registered critic "
+                        f"({', '.join(n for n in CRITICS if n != 'layout')}), got {cfg.policy.critic!r}")
     try:
         get_env(cfg.tasks.env)   # registered, or by its package's entry point
     except UserError:

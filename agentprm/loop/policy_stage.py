@@ -16,7 +16,7 @@ from agentprm.loop.stages import StageRunner, generated_train_split
 from agentprm.policy.config import HackingConfig, PolicyUpdateConfig
 from agentprm.policy.update import UpdateContext, run_update
 from agentprm.prm.config import PrmConfig
-from agentprm.prm.loading import load_prm
+from agentprm.search.critics import CriticContext, make_critic
 
 if TYPE_CHECKING:   # loop/config.py imports the algorithms, which import this module
     from agentprm.loop.config import LoopConfig, RolloutConfig
@@ -50,17 +50,12 @@ def update_policy(cfg: PolicyStage, stages: StageRunner, i: int, prev: Path, prm
     tasks); seeded with seed + i."""
     from agentprm.agent.lm import LMAgent
     from agentprm.policy.online_dpo import rollout_states
-    from agentprm.rollout.oracle import OracleCritic
-    from agentprm.search import UniformCritic
 
     c, r, seed = cfg.policy, cfg.rollout, cfg.seed + i
     states = rollout_states(rollouts)
     policy = LMAgent.load(prev, mode=r.mode, seed=seed, name=f"pi{i}")
-    if c.critic == "oracle":
-        prm = OracleCritic.greedy(prev, train_tasks, mode=r.mode, gamma=cfg.gamma, max_steps=r.max_steps,
-                                  num_envs=r.num_envs, workers=r.workers, seed=seed)
-    else:
-        prm = load_prm(prm_dir) if c.critic == "prm" else UniformCritic(seed)
+    prm = make_critic(c.critic, CriticContext(seed, prm=prm_dir, policy=prev, tasks=train_tasks, options=dict(
+        mode=r.mode, gamma=cfg.gamma, max_steps=r.max_steps, num_envs=r.num_envs, workers=r.workers)))
     search_tasks = train_tasks
     if c.method == "beam-distill" and c.search_tasks:
         search_tasks = generated_train_split(stages, "search", cfg.env, c.search_tasks, cfg.seed, cfg.types,

@@ -46,11 +46,11 @@ from agentprm.loop.stages import MARKERS, StageRunner, generated_train_split, ru
 from agentprm.models.device import use_device
 from agentprm.outputs import check_claimable, claim_folder
 from agentprm.policy.update import UpdateResult
-from agentprm.prm.loading import load_prm
 from agentprm.rollout.branch import branch_jobs
 from agentprm.rollout.engine import episode_jobs, run_episodes
 from agentprm.rollout.play import play_tasks
 from agentprm.rollout.reset import expert_actions, reset_jobs
+from agentprm.search.critics import CriticContext, make_critic
 from agentprm.tracking import active, tracking
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "assets" / "policy"
@@ -269,7 +269,6 @@ class Loop:
         with a uniform critic in Q_i's place, and with `eval.policy_control` with π_i's own log π in Q_i's place."""
         from agentprm.agent.lm import LMAgent
         from agentprm.eval.play import EvalRow
-        from agentprm.search import UniformCritic
 
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
         self.evaluate(EvalRow(f"pi{i}", i), lambda: self.load_agent(policy_dir, mode=mode, seed=seed, name=f"pi{i}"),
@@ -281,15 +280,16 @@ class Loop:
             return self.load_agent(policy_dir, mode=mode, temperature=self.cfg.eval.bon_temperature, seed=seed,
                                    name=f"pi{i}")
 
-        critics = {"": lambda: load_prm(prm_dir)}     # row suffix -> the critic; "" is Q_i
+        # logpi scores with π_i's weights in this process, even where π is served
+        ctx = CriticContext(seed, prm=prm_dir, policy=policy_dir)
+        critics = {"": "prm"}     # row suffix -> the critic's name; "" is Q_i
         if self.cfg.eval.critic_control:
-            critics[CONTROL] = lambda: UniformCritic(seed)
+            critics[CONTROL] = "uniform"
         if self.cfg.eval.policy_control:
-            from agentprm.search.policy import PolicyCritic
-
-            critics[LOGPI] = lambda: PolicyCritic(policy_dir)   # π_i's weights in this process, even if π is served
+            critics[LOGPI] = "logpi"
         w, e = self.cfg.eval.beam_width, self.cfg.eval.beam_expand
-        for suffix, critic in critics.items():
+        for suffix, name in critics.items():
+            critic = lambda name=name: make_critic(name, ctx)   # noqa: E731 (built when its row is played)
             for n in self.cfg.eval.best_of_n:
                 self.evaluate(EvalRow(f"pi{i}", i, n, f"bon{n}{suffix}" if suffix else ""), sampler, eval_tasks,
                               critic=critic)

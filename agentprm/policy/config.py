@@ -54,9 +54,10 @@ class PolicyUpdateConfig:
     min_margin: float = 0.0         # a state's pair needs Q_i(best) − Q_i(worst) > this (filters noisy preferences)
     distinct: bool = False          # choose mode: a state's samples are different commands, so each state gives a pair
                                     # (beam-distill: each branch expands into different commands)
-    critic: str = "prm"             # what ranks the samples: "prm" (Q_i), "oracle" (rollout/oracle.py: Q^π_{i-1}
-                                    # measured by greedy continuations in the simulator: a bound, not a method) or
-                                    # "uniform" (seeded random scores: the control with a critic that knows nothing)
+    critic: str = "prm"             # what ranks the samples (search/critics.py): "prm" (Q_i), "oracle" (Q^π_{i-1}
+                                    # measured by greedy continuations in the simulator: a bound, not a method),
+                                    # "uniform" (seeded random scores: the control with a critic that knows nothing),
+                                    # "logpi" (π_{i-1}'s own log π), or a critic registered from outside
     search_width: int = 2           # beam-distill: beam width (branches kept per turn)
     search_expand: int = 2          # beam-distill: replies sampled per branch and turn (at `temperature`)
     search_per_task: int = 1        # beam-distill: searches per train task
@@ -123,6 +124,3 @@ class HackingConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-CRITICS = ("prm", "oracle", "uniform")
