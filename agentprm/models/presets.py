@@ -25,6 +25,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
 
 from agentprm.errors import UserError
 from agentprm.models.device import place
+from agentprm.models.packaged import packaged_model_dir
 from agentprm.registry import Registry
 
 MAX_POSITIONS = 1024
@@ -83,10 +84,18 @@ def hub_snapshot(name: str) -> Path | None:
         return None
 
 
+def resolve_model(name: str | Path) -> Path:
+    """Where a model given by name or path lives: the folder itself; else a packaged pretrained model's converted
+    folder (models/packaged.py: "smollm2-135m"), or a Hub id's snapshot in the local cache; else the path as given
+    (for the caller's "no such folder" error)."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    return packaged_model_dir(str(name)) or hub_snapshot(str(name)) or path
+
+
 def _model_dir(path: str | Path, needs: str, what: str) -> Path:
-    given, path = str(path), Path(path).expanduser()
-    if not path.is_dir():
-        path = hub_snapshot(given) or path
+    given, path = str(path), resolve_model(path)
     if not path.is_dir():
         hint = (f" (nor a model in the local Hugging Face cache {hf_constants.HF_HUB_CACHE}: agentprm reads Hub ids "
                 f"from the cache only — fetch it where there is network, e.g. `hf download {given}`, then copy the "

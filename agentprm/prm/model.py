@@ -42,7 +42,8 @@ from agentprm.agent.tokenizer import build_tokenizer
 from agentprm.errors import UserError
 from agentprm.outputs import atomic_dir
 from agentprm.models.device import place
-from agentprm.models.presets import ADAPTER_CONFIG, PRESETS, load_causal_lm, load_tokenizer, load_weights, preset_config
+from agentprm.models.presets import (ADAPTER_CONFIG, PRESETS, load_causal_lm, load_tokenizer, load_weights, preset_config,
+                                     resolve_model)
 from agentprm.train.distributed import is_main
 
 KIND = "prm"
@@ -71,7 +72,7 @@ class ProcessRewardModel(nn.Module):
     def init(cls, source: str | Path, seed: int = 0) -> ProcessRewardModel:
         """A PRM from a causal-LM folder (backbone, tokenizer and PromptConfig kept; new head) or a preset name
         (fresh weights, env tokenizer, default prompt). `seed` fixes the new weights; the global RNG is untouched."""
-        folder = Path(source).expanduser()
+        folder = resolve_model(source)   # a folder, or a packaged model's name (smollm2-135m)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if folder.is_dir():
