@@ -9,7 +9,7 @@ the same policy (default: the bundled π0), greedy, on one warm env pool; the se
 untimed) runs on the same machine. Greedy play must take identical actions on both sides (checked; exit 1 if not).
 The sides alternate --repeats times; it prints each side's median env-steps/s end to end and the ratio
 (openai / hf) of every repeat. On a CPU the server and the env workers share the cores, so this measures the
-protocol's overhead more than vLLM's speed; on a GPU it is the rollout speed-up (issue 16's target: generation
+protocol's overhead more than vLLM's speed; on a GPU it is the rollout speed-up (the target: generation
 within 2x of `vllm bench throughput`).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Start-up of a command that needs no model: `agentprm targets mc` on a small rollouts file, as the CLI runs it now
-(torch and transformers never imported) vs with the imports every command paid before (issue 15), side by side in
+(torch and transformers never imported) vs with the imports every command paid before, side by side in
 one run, each in fresh processes.
 
     python bench/cli_startup.py [--repeats 5] [--before-rev 9d2d476]

@@ -1,4 +1,4 @@
-"""The prepared GPU check (issue 15): a ~0.5 B-parameter Llama-architecture model with random weights and the bundled
+"""The prepared GPU check: a ~0.5 B-parameter Llama-architecture model with random weights and the bundled
 tokenizer (nothing downloaded) through sft, generation, rollout → targets → train-prm, eval and one loop iteration,
 all with --device/--dtype, printing throughput (tokens/s of SFT training and of sampling), model-FLOPs utilisation of
 SFT against the GPU's dense bf16 peak, peak GPU memory and each step's seconds. Sized to finish in ≤ 8 minutes on an

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 15): bench/gpu_check.py with --device cuda --dtype bfloat16, stopped at 8 minutes.
+# The prepared GPU check: bench/gpu_check.py with --device cuda --dtype bfloat16, stopped at 8 minutes.
 #   bash bench/gpu_check.sh              # figures in runs/gpu-check/gpu_check.json (OUT=... to move them)
 set -euo pipefail
 cd "$(dirname "$0")/.."

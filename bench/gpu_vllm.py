@@ -1,9 +1,9 @@
-"""Generation through vLLM vs in-process, side by side in one run on one device (issue 16): a random-weight ~0.5 B
+"""Generation through vLLM vs in-process, side by side in one run on one device: a random-weight ~0.5 B
 Llama-architecture model with the bundled tokenizer (nothing downloaded), the same prompt count and lengths for each:
 
   1. vLLM's own `bench throughput` (its offline engine, random prompts, ignore_eos): output tokens/s, the ceiling;
   2. agentprm's `OpenAIBackend.generate` against a vLLM server of the same folder (agent/serving.py), every prompt
-     in flight at once: output tokens/s — issue 16's target is at least half of (1);
+     in flight at once: output tokens/s — the target is at least half of (1);
   3. the in-process `HFBackend.generate` on the same prompts, one batch: output tokens/s;
   4. with ALFWorld installed (and not --no-rollouts): bench/backend_throughput.py — rollout env-steps/s with π
      in-process vs behind the server, generate mode, identical greedy actions checked.

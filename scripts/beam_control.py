@@ -1,4 +1,4 @@
-"""Issue 14's control for beam search: is it the PRM that makes beam(2, 2) beat its greedy policy, or the second
+"""The control for beam search: is it the PRM that makes beam(2, 2) beat its greedy policy, or the second
 branch? The same beam on the same eval games with a critic that knows nothing (seeded uniform scores) next to the
 sweep's beam with Q_i, both paired against greedy π_i.
 

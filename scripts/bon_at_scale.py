@@ -1,5 +1,5 @@
 """Best-of-4 with critics trained at the large regime, beside greedy π0 and the uniform-critic control, paired over
-the same eval games and seeds (issue 26, deliverable 4's second target).
+the same eval games and seeds (the Best-of-4 target).
 
     python scripts/bon_at_scale.py --curve runs/curve --tasks runs/eval216-s1 --out runs/bon30k --seeds 0 1 2 \
         --critic q12k=runs/prm-30k/bt-prior-12k-s{seed} --critic q30k=runs/prm-30k/bt-prior-30k-s{seed} \

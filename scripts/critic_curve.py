@@ -1,4 +1,4 @@
-"""The critic's learning curve (issue 26): how well a PRM ranks π0's own alternatives at one state on games it never
+"""The critic's learning curve: how well a PRM ranks π0's own alternatives at one state on games it never
 saw, as a function of distinct train tasks (and so rollouts), the PRM's objective and its capacity.
 
     python scripts/critic_curve.py --out runs/curve --tasks 48 240 1000 --seeds 0 1
@@ -704,7 +704,7 @@ def stored_order(states: list) -> list[float]:
 
 
 def layout_curve(games: list[Path], counts: list[int], held: tuple) -> None:
-    """The data axis of the one statistic that orders the held-out search–search pairs (docs/results.md, session 24):
+    """The data axis of the one statistic that orders the held-out search–search pairs (docs/studies/critic-curve.md):
     the layout prior counted over the first n of `games` (a train split's game folders in order; game k does not
     depend on the split's size, so these are the curve's own games) at each n, beside π0's own order on the same
     pairs (`pair_kind_rows`), and paired with the smallest n's prior: does seeing more floor plans lift the search

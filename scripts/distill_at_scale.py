@@ -1,5 +1,5 @@
-"""π1 by distilling Best-of-4 with a large-regime critic: expert iteration at 1,000+ train games (issue 26,
-deliverable 4's first target, π1 − π0), beside the same update with a uniform critic (rejection fine-tuning on π0's
+"""π1 by distilling Best-of-4 with a large-regime critic: expert iteration at 1,000+ train games (the
+target π1 − π0 ≥ +5), beside the same update with a uniform critic (rejection fine-tuning on π0's
 own samples: the control) and with π0's own log π as the critic (the critic-free reference).
 
     python scripts/distill_at_scale.py --train runs/bench-iteration-12k/n12000/tasks/train --games 1000 \

@@ -1,4 +1,4 @@
-"""Monte-Carlo targets of the first N games of a targets file: whole games only (issue 26, rollouts per game at an
+"""Monte-Carlo targets of the first N games of a targets file: whole games only (rollouts per game at an
 equal rollout budget).
 
     python scripts/games_subset.py --targets runs/prm-30k/targets-30k.parquet --games 1200 \

@@ -1,5 +1,5 @@
 """The critic the learning curve picked, with and without the layout prior, at test time and in one policy update
-(issue 26, deliverable 4 at the curve's regime).
+(the targets at the curve's regime).
 
     python scripts/informed_critic.py --curve runs/curve --out runs/informed --seeds 0 1 2
 
@@ -53,7 +53,7 @@ from agentprm.search.policy import PolicyCritic   # π0's own log π: what the l
 sys.path.insert(0, str(Path(__file__).parent))
 from critic_curve import load_heldout  # noqa: E402  (the study's sibling script)
 
-VARIANT = "cont-plackett-luce-prior-adm"     # the curve's best critic (docs/results.md, session 24)
+VARIANT = "cont-plackett-luce-prior-adm"     # the curve's best critic (docs/studies/critic-curve.md)
 TRAIN = "train-240"
 WEIGHTS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 15.0, 30.0, 60.0, 120.0)   # the grid w is chosen from
 EVAL_SEED = 1                                # the held-out states' games are eval games of seed 0

@@ -1,4 +1,4 @@
-"""SPRO vs GRPO vs PRIME, token-level, on generated chain arithmetic (issue 31; docs/results.md "Reasoning").
+"""SPRO vs GRPO vs PRIME, token-level, on generated chain arithmetic (docs/studies/reasoning-rl.md).
 
     python scripts/reason_rl.py --out runs/reason-rl --seeds 0 1 2
 

@@ -1,4 +1,4 @@
-"""Step PRMs on generated chain arithmetic (issue 31; docs/results.md "Reasoning"): BCE vs PQM on the same
+"""Step PRMs on generated chain arithmetic (docs/studies/reasoning-rl.md): BCE vs PQM on the same
 Monte-Carlo step labels, judged against the checker's ground truth, and PRM-guided Best-of-N against majority vote
 and an outcome reward model at equal samples.
 

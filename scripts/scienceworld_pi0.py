@@ -1,5 +1,5 @@
 """A ScienceWorld π0 with a fixed seed: task folders → gold-path demos → SFT of the tiny preset → eval on unseen
-variations, beside the random-command and gold-path baselines on the same tasks (issue 29).
+variations, beside the random-command and gold-path baselines on the same tasks.
 
     python scripts/scienceworld_pi0.py --work runs/sw-pi0                      # the setting in docs/results.md
     python scripts/scienceworld_pi0.py --work runs/sw-pi0 --train 60 --eval 30 --steps 200   # minutes: a smoke check

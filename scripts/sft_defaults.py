@@ -1,4 +1,4 @@
-"""Does `agentprm sft` with its default settings give a working policy? (issue 15: a default that produces a dud is a
+"""Does `agentprm sft` with its default settings give a working policy? (a default that produces a dud is a
 trap.) Generates train games, plays the expert on them, runs `agentprm sft --demos D --out P` with no other flag,
 and evaluates P greedily on held-out eval games beside the random baseline.
 

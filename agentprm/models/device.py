@@ -77,7 +77,7 @@ def use_device(cfg: DeviceConfig) -> tuple:
         dtype = getattr(torch, cfg.dtype)
         if dtype is torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise UserError(f"dtype bfloat16: {torch.cuda.get_device_name(device)} does not support it")
-        if dtype is torch.float16 and device.type == "cpu":   # trained to "final loss nan" with exit 0 (issue 27)
+        if dtype is torch.float16 and device.type == "cpu":   # trained to "final loss nan" with exit 0
             raise UserError("dtype float16 on the CPU: its kernels and range there turn training into NaN; use "
                             "bfloat16 or float32")
     # Always set, even to torch's own default: a process whose count was never set computes its matmuls differently

@@ -1,9 +1,10 @@
 """Stage 3 by expert iteration: PRM-guided beam search as the policy-improvement operator, distilled into π.
 
-Issue 14 measured where a learned Q_i helps: beam search with (π_{i-1}, Q_i) beats greedy π_{i-1} by ~7 points on
-unseen games, because beam compares *different states* (its branches), where Q_i's state-value knowledge holds,
-while online DPO and Best-of-N need Q_i to rank π's alternatives *in one state*, where it is near chance. So make
-the search the teacher (ExIt / AlphaZero-style policy iteration):
+The PRM-effect study (docs/studies/prm-effect-216.md) measured where a learned Q_i helps: beam search with
+(π_{i-1}, Q_i) beats greedy π_{i-1} by ~7 points on unseen games, because beam compares *different states* (its
+branches), where Q_i's state-value knowledge holds, while online DPO and Best-of-N need Q_i to rank π's
+alternatives *in one state*, where it is near chance. So make the search the teacher (ExIt / AlphaZero-style
+policy iteration):
 
     E_i  = { beam(π_{i-1}, Q_i; width, expand)(task) : task ∈ train tasks }    (× `search_per_task`)
     π_i  = argmin_θ  − Σ_{episode ∈ E_i, won}  Σ_t  log π_θ(a_t | s_t),   θ initialised from π_{i-1}

@@ -146,7 +146,7 @@ def train_sft(demos_path: str | Path, out_dir: str | Path, cfg: SFTConfig, seed:
     return metrics
 
 
-RECIPE_GAMES, RECIPE_STEPS = 120, 3000   # below either, a preset trained from scratch was a dud (issue 15)
+RECIPE_GAMES, RECIPE_STEPS = 120, 3000   # below either, a preset trained from scratch was a dud
 
 
 def recipe_warning(cfg: SFTConfig, games: int, steps: int) -> str:

@@ -1,5 +1,5 @@
 """Verifiable multi-step reasoning: problems whose final answer *and every step* a checker can judge, the worked
-solutions a tiny model learns from, step labels and the metrics step PRMs are judged by (issue 31).
+solutions a tiny model learns from, step labels and the metrics step PRMs are judged by.
 
 The agent side of the toolkit is turn-level (a turn = an environment action); here a response is one generated text
 and a *step* is one of its lines. The stages mirror the agent loop's:

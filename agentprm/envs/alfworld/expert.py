@@ -6,7 +6,7 @@ its hands and fails every pick-two game. We translate the command for the tracke
 
 The expert picks among equal objects ("take egg 2" or "egg 3") with the process-global `random` module, whose
 state depends on whatever else drew from it — including, through set iteration elsewhere, on PYTHONHASHSEED: 4 of
-48 generated games got different demos under two hash seeds (issue 17). Each expert now draws from its own RNG,
+48 generated games got different demos under two hash seeds. Each expert now draws from its own RNG,
 seeded at reset by the game's folder name, so an episode's demo depends on the game alone.
 """
 from __future__ import annotations

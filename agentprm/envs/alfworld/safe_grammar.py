@@ -1,6 +1,6 @@
 """Games are data, not code: TextWorld derives a game's text from the grammar embedded in its `game.tw-pddl` and
 evaluates every `{...}` expression in it with Python's `eval` (`textgen.EvalSymbol.derive`), so a crafted game file
-runs arbitrary code when it is played (issue 17). ALFWorld's grammar needs only attribute reads, string
+runs arbitrary code when it is played. ALFWorld's grammar needs only attribute reads, string
 concatenation and `or` (`{o.name}`, `{r.name or r.id}`, `{o.indefinite + ' ' + o.name}`); this module evaluates
 exactly that subset by walking the expression's syntax tree — names of the derivation's variables, public
 attributes, string/number constants, `+`, `and`/`or` — and refuses anything else with an error naming the
