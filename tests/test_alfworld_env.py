@@ -107,7 +107,7 @@ class _FakeFastDownward:
 
 
 def test_a_corrupt_sas_cache_entry_is_translated_again_not_failed_on(tmp_path, monkeypatch):
-    """Issue 17: a truncated or corrupt entry used to make every episode of its game fail until someone deleted it."""
+    """a truncated or corrupt entry used to make every episode of its game fail until someone deleted it."""
     monkeypatch.setenv("AGENTPRM_SAS_CACHE", str(tmp_path))
     _FakeFastDownward.calls = 0
     task, sas = speedups._translate_via_disk(_FakeFastDownward, "(domain)", "(problem p)", False, False)
@@ -238,7 +238,7 @@ def test_traj_data_missing_task_type(game_copy):
 
 
 def test_grammar_expressions_are_evaluated_without_python_eval():
-    """Issue 17: TextWorld eval()s every {...} of a game's grammar; ours walks the syntax tree of the few forms
+    """TextWorld eval()s every {...} of a game's grammar; ours walks the syntax tree of the few forms
     ALFWorld uses and refuses the rest."""
     from types import SimpleNamespace
 

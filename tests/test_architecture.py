@@ -239,7 +239,7 @@ def needless_function_imports(root: Path) -> list[str]:
 
 
 def test_imports_inside_functions_are_for_heavy_dependencies_only():
-    """Issue 28: 206 imports inside functions hid the wiring; those left load torch, Ray, the engine, ... lazily, or
+    """206 imports inside functions hid the wiring; those left load torch, Ray, the engine, ... lazily, or
     close a cycle (envs/pool.py opens a Ray pool from envs/ray_pool.py, which extends it)."""
     assert needless_function_imports(ROOT) == []
 

@@ -1,4 +1,4 @@
-"""The hostile battery (issue 27), committed: bad or odd input to every command, each case run through the real CLI
+"""The hostile battery, committed: bad or odd input to every command, each case run through the real CLI
 in-process, in the current folder of a user whose tree holds their own files, a folder that looks like agentprm's,
 a FIFO, symlinks and a plain file. Every case must end the same way: exit code 2, one line on stderr that names the
 command, no traceback, and the user's tree unchanged (`tree`: type, content digest and mtime of every path, hidden

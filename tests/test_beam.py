@@ -63,7 +63,7 @@ def test_beam_follows_the_prm_to_a_win(task, width):
 
 
 def test_every_step_keeps_what_was_weighed_and_its_scores(task, tmp_path):
-    """Issue 30: a beam episode's steps and a Best-of-N episode's steps keep the candidates weighed at each turn and
+    """a beam episode's steps and a Best-of-N episode's steps keep the candidates weighed at each turn and
     the critic's scores — through the stored Parquet and back — and the action taken is the best-scored one."""
     from agentprm.data.trajectories import iter_episodes, read_trajectories, write_episodes_file
     from agentprm.rollout.play import play_tasks

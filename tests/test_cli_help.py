@@ -28,7 +28,7 @@ def test_command_help(name, capsys):
 
 
 def test_help_and_model_free_commands_import_neither_torch_nor_transformers(tmp_path):
-    """Issue 15: `--help` of every command and the commands that need no model start without torch/transformers
+    """`--help` of every command and the commands that need no model start without torch/transformers
     (~9 s of imports before; bench/cli_startup.py measures it)."""
     import subprocess
     import sys

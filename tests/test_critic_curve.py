@@ -1,4 +1,4 @@
-"""A miniature of the large-regime pipeline (issue 26), run as a user runs the study: scripts/critic_curve.py on
+"""A miniature of the large-regime pipeline, run as a user runs the study: scripts/critic_curve.py on
 generated (and cached) tasks, π0's rollouts written as shards into one folder that grows, MC targets of a nested
 subset, a PRM trained from them and scored against the Monte-Carlo oracle on held-out games — then extended by a
 second run that adds rollouts per game without touching what the first one wrote."""

@@ -46,7 +46,7 @@ def test_broken_game_costs_only_its_episode(generated_tasks, tmp_path):
     game["pddl_problem"] = game["pddl_problem"].replace("(:init", "(:init (undefinedPredicate x)", 1)
     broken.write_text(json.dumps(game))
     out = tmp_path / "demos.parquet"
-    # eval's rule (issue 27): the episodes are written, and the command fails unless --max-errors accepts the one
+    # eval's rule: the episodes are written, and the command fails unless --max-errors accepts the one
     assert main(["demos", "--tasks", str(tasks), "--out", str(out), "--seed", "1"]) == 2
     assert len(list(iter_episodes(read_trajectories(out)))) == len(rows)
     assert main(["demos", "--tasks", str(tasks), "--out", str(out), "--seed", "1", "--max-errors", "1"]) == 0
@@ -79,7 +79,7 @@ def _expert_actions(game: str) -> list[str]:
 
 def test_expert_demos_do_not_depend_on_the_global_random_state(generated_tasks):
     """The expert chooses among equal objects (pick-two) and falls back to a random admissible command when stuck
-    (look_at_obj_in_light here): both used to draw from the process-global `random` (issue 17)."""
+    (look_at_obj_in_light here): both used to draw from the process-global `random`."""
     import random
 
     from agentprm.envs.alfworld.tasks import load_tasks

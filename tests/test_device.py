@@ -1,4 +1,4 @@
-"""Device and precision (issue 15, models/device.py): one DeviceConfig for every command and the loop; a missing GPU
+"""Device and precision (models/device.py): one DeviceConfig for every command and the loop; a missing GPU
 is a one-line error before any work; bfloat16 runs end to end on the CPU (the CUDA path runs in bench/gpu_check.sh)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gradient accumulation and data parallelism in the training core (issue 15): pieces of a batch — micro-batches in one
+"""Gradient accumulation and data parallelism in the training core: pieces of a batch — micro-batches in one
 process, or shares of it in several processes under `accelerate launch` (gloo on CPU) — give the training of the
 whole batch in one piece: the same loss curve and the same weights."""
 from __future__ import annotations

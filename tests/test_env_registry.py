@@ -1,4 +1,4 @@
-"""Issue 29: an environment is a registered name (agentprm/envs/registry.py). A toy environment defined outside the
+"""an environment is a registered name (agentprm/envs/registry.py). A toy environment defined outside the
 package (tests/toy_env.py) runs rollouts, Monte-Carlo targets, PRM training and beam search with the PRM; one that
 cannot be replayed is refused by what restores states by replay."""
 from __future__ import annotations

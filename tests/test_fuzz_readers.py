@@ -1,4 +1,4 @@
-"""Fuzz the readers of every file the project reads (issue 17): whatever is in the file, the reader returns a correct
+"""Fuzz the readers of every file the project reads: whatever is in the file, the reader returns a correct
 value or raises a one-line `UserError` naming the file — never a traceback. Bounded for CI (max_examples)."""
 from __future__ import annotations
 

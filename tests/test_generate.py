@@ -101,7 +101,7 @@ def test_train_and_eval_floorplans_are_disjoint(generated_tasks):
 
 
 def test_cli_types_filter_force_and_summary(tmp_path, capsys):
-    """--force replaces a task folder agentprm generated (and only that: issue 27)."""
+    """--force replaces a task folder agentprm generated (and only that)."""
     out, summary = tmp_path / "games", tmp_path / "summary.json"
     assert main(["tasks", "generate", "--out", str(out), "--split", "train", "--num", "1", "--seed", "4"]) == 0
     first = {t.task_id for t in load_tasks(out)}
@@ -141,7 +141,7 @@ def test_a_request_the_disk_cannot_hold_is_refused_before_work(tmp_path, capsys)
 @pytest.mark.parametrize("force", [[], ["--force"]])
 def test_cli_never_replaces_a_folder_it_did_not_generate(tmp_path, capsys, force):
     """A hand-written tasks.jsonl, and a user's sub-folder named like the game that would be generated, are kept:
-    even --force replaces only a task folder agentprm generated (issue 27)."""
+    even --force replaces only a task folder agentprm generated."""
     name = gen.draft_game(gen.GameJob(0, "eval", 0, gen.TASK_TYPES[0]), attempt=0).name
     (tmp_path / MANIFEST).write_text("keep me\n")
     (tmp_path / name).mkdir()
@@ -225,7 +225,7 @@ def test_manifest_refuses_a_repeated_task_id(tmp_path, generated_tasks):
 
 
 def test_a_task_folder_whose_name_has_a_dollar_is_found_as_named(generated_tasks, tmp_path, monkeypatch):
-    """Issue 27: `--tasks` expanded $VARS, so a real folder named "$HOME dollar" was not found; a config's
+    """`--tasks` expanded $VARS, so a real folder named "$HOME dollar" was not found; a config's
     "$ALFWORLD_DATA/..." still expands when no folder has the literal name."""
     folder = tmp_path / "$HOME dollar"
     shutil.copytree(generated_tasks.eval, folder)

@@ -1,4 +1,4 @@
-"""Any Hugging Face causal LM folder works (issue 15): tiny GPT-2- and Qwen2-architecture models with byte-level BPE
+"""Any Hugging Face causal LM folder works: tiny GPT-2- and Qwen2-architecture models with byte-level BPE
 tokenizers trained here with `tokenizers` — the GPT-2 one without pad token or chat template (a base checkpoint),
 the Qwen2 one with a ChatML template whose end-of-turn token (<|im_end|>) is not its eos (<|endoftext|>) — through
 sft → eval (both modes) → rollout → targets → train-prm → train-policy → Best-of-N."""
@@ -130,7 +130,7 @@ def test_the_pipeline_runs_on_other_architectures(arch, hf_folders, generated_ta
 
 @pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
 def test_the_reason_commands_run_on_other_architectures(arch, hf_folders, tmp_path):
-    """`agentprm reason` with a BPE model folder (issue 31): SFT on worked solutions, eval, and a step of each RL method;
+    """`agentprm reason` with a BPE model folder: SFT on worked solutions, eval, and a step of each RL method;
     the Qwen2 folder's end of turn (<|im_end|>) is not its eos."""
     train, test = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
     assert main(["reason", "problems", "--split", "train", "--num", "20", "--out", str(train)]) == 0

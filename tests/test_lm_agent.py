@@ -136,7 +136,7 @@ def test_packed_candidate_scores_equal_plain_forward_passes(model, tok, states_t
 
 
 def test_long_rows_score_on_the_shared_prompt_cache_with_the_same_scores(model, tok, states_turns, monkeypatch):
-    """Issue 29: a packed row whose attention would pass ATTENTION_BUDGET scores its candidates on the prompt's KV
+    """a packed row whose attention would pass ATTENTION_BUDGET scores its candidates on the prompt's KV
     cache, in chunks whose repeated cache fits the budget: the scores equal the packed ones (single-token candidates,
     a mix of long and short rows, one candidate per chunk)."""
     from agentprm.agent import scoring

@@ -63,7 +63,7 @@ def test_mini_loop_killed_then_resumed_end_to_end(tmp_path, generated_tasks, tin
 
 def test_a_rollout_stage_interrupted_mid_way_resumes_with_the_episodes_it_flushed(tmp_path, generated_tasks,
                                                                                    tiny_policy, monkeypatch):
-    """Issue 26 (10k rollouts take an hour): the rollouts stage writes shards as it goes, and a resumed stage keeps
+    """the rollouts stage writes shards as it goes, and a resumed stage keeps
     the whole episodes they hold and plays only the others — not the whole stage again."""
     from agentprm.data.trajectories import ShardWriter
     from agentprm.loop import run as loop_run
@@ -490,7 +490,7 @@ def test_a_resumed_stage_reports_the_seconds_of_the_attempts_it_continues(tmp_pa
 
 def test_a_rerun_stage_removes_the_temp_copies_a_kill_left(tmp_path):
     """A kill inside an atomic write (e.g. saving a policy into iter_1/policy.partial) leaves hidden temp copies
-    beside the stage output; the rerun removes them (issue 17), and nothing else in the folder."""
+    beside the stage output; the rerun removes them, and nothing else in the folder."""
     from agentprm.outputs import atomic_dir
     from agentprm.loop.stages import StageRunner
 
@@ -517,7 +517,7 @@ def test_a_rerun_stage_removes_the_temp_copies_a_kill_left(tmp_path):
 
 
 def test_a_broken_eval_game_fails_its_stage_unless_allowed(tmp_path, generated_tasks, tiny_policy, capsys):
-    """Issue 17: a game that cannot be played fails the loop's stage (one line, exit 2, not marked complete)
+    """a game that cannot be played fails the loop's stage (one line, exit 2, not marked complete)
     instead of scoring as an ordinary failure; rollout.max_errors accepts it, and the resume plays on."""
     import shutil
 
@@ -545,7 +545,7 @@ def test_a_broken_eval_game_fails_its_stage_unless_allowed(tmp_path, generated_t
 
 @pytest.mark.slow   # minutes: run by `make test-all` and CI
 def test_resume_torture_killed_runs_finish_equal_to_an_uninterrupted_one(tmp_path, generated_tasks, tiny_policy):
-    """Issue 17: SIGKILL the mini loop at seeded random moments, resume each time; the finished run's results and
+    """SIGKILL the mini loop at seeded random moments, resume each time; the finished run's results and
     π1's weights equal those of a run never interrupted."""
     import random
 
@@ -590,7 +590,7 @@ def test_a_run_killed_between_its_prm_and_policy_stages_resumes_to_the_same_poli
                                                                                    tiny_policy):
     """The kill the resume torture once hit by chance, made deterministic: SIGKILL right after the PRM stage is done,
     so π1 is trained by a fresh process, and it must equal the π1 of a run never interrupted. It failed on a change
-    that set torch's thread count to 1 around the rollouts and back (session 30): a process whose count was ever set
+    that set torch's thread count to 1 around the rollouts and back: a process whose count was ever set
     computes differently from one left at torch's default, even at the same count."""
     cfg = mini_config(tmp_path, generated_tasks, tiny_policy, eval={"max_steps": 4, "best_of_n": [], "beam_width": 0})
     clean, killed = tmp_path / "clean", tmp_path / "killed"
@@ -635,7 +635,7 @@ def loop_in_process_and_served(tmp_path: Path, generated_tasks, tiny_policy, bac
     ("a: " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
 ])
 def test_a_config_with_repeated_keys_aliases_or_deep_nesting_is_one_line(tmp_path, text, message):
-    """Issue 27: a repeated key silently kept the later value; alias bombs and self-referencing YAML were tracebacks."""
+    """a repeated key silently kept the later value; alias bombs and self-referencing YAML were tracebacks."""
     from agentprm.errors import UserError
     from agentprm.loop.config import load_config
 
@@ -647,7 +647,7 @@ def test_a_config_with_repeated_keys_aliases_or_deep_nesting_is_one_line(tmp_pat
 
 
 def test_the_decoding_section_loads_and_reaches_the_loops_policies(tmp_path, monkeypatch, capsys):
-    """Issue 29: top-k, top-p, stop strings and the token budget are a config section (and `rollout`/`eval` flags)
+    """top-k, top-p, stop strings and the token budget are a config section (and `rollout`/`eval` flags)
     that every policy the loop plays with is built with; out-of-range values are refused by name."""
     from agentprm.agent.decoding import Decoding
     from agentprm.loop.config import load_config

@@ -1,4 +1,4 @@
-"""LoRA through peft (issue 15): adapters for SFT, the PRM and the policy update, saved in peft's own layout and
+"""LoRA through peft: adapters for SFT, the PRM and the policy update, saved in peft's own layout and
 loadable with `PeftModel.from_pretrained` as well as by every agentprm stage; merged on request; an adapter whose
 base is itself an adapter loads as the chain; the update's reference is π_{i-1} exactly."""
 from __future__ import annotations
@@ -169,7 +169,7 @@ def test_a_pickled_or_orphaned_adapter_is_a_one_line_error(tmp_path, tiny_policy
 
 
 def test_an_adapter_chain_that_loops_is_a_one_line_error(tmp_path, capsys):
-    """Issue 27: an adapter whose base chain came back to itself was a RecursionError traceback."""
+    """an adapter whose base chain came back to itself was a RecursionError traceback."""
     import json as _json
 
     from agentprm.cli import main
@@ -187,7 +187,7 @@ def test_an_adapter_chain_that_loops_is_a_one_line_error(tmp_path, capsys):
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
 def test_all_linear_lora_on_gpt2_llama_and_qwen2_saves_and_loads_back(arch, tmp_path):
-    """Issue 29: "all-linear" on GPT-2 collected only nn.Linear — GPT-2's layers are transformers' Conv1D — and peft
+    """"all-linear" on GPT-2 collected only nn.Linear — GPT-2's layers are transformers' Conv1D — and peft
     failed with NoMatchingPeftModuleError. On each architecture (random weights, built from a config here) the
     adapters cover every attention and MLP layer, start as the base exactly, and a trained adapter saved and merged
     back gives the adapted model's logits."""

@@ -1,4 +1,4 @@
-"""Nothing the user owns is ever lost (issue 27, agentprm/outputs.py): agentprm replaces or deletes only what it
+"""Nothing the user owns is ever lost (agentprm/outputs.py): agentprm replaces or deletes only what it
 recorded writing, refuses output paths that are not plain files or folders it owns, and locks every output.
 
 Each case runs the real CLI and compares a checksum of the user's tree before and after: a refused command exits 2

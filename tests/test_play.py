@@ -59,7 +59,7 @@ def test_bad_game_is_a_one_line_error(monkeypatch, capsys, tmp_path):
      "not allowed in a game file"),
 ])
 def test_a_broken_or_hostile_game_is_a_one_line_error(monkeypatch, capsys, tmp_path, game, damage, message):
-    """Issue 27: `play` on a broken PDDL problem or a hostile grammar was a traceback (ParseError, UnsafeExpression);
+    """`play` on a broken PDDL problem or a hostile grammar was a traceback (ParseError, UnsafeExpression);
     it now fails as an episode of `eval` does, in one line."""
     import shutil
 

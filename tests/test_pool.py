@@ -196,7 +196,7 @@ class CrashingEnv(AlfWorldEnv):
 
 @pytest.mark.parametrize("always", [False, True])
 def test_episodes_lost_with_a_crashed_worker_are_played_again_once(generated_tasks, tmp_path, monkeypatch, always):
-    """Issue 17: a worker crash used to cost every episode in flight on it as an error; they are replayed once on a
+    """a worker crash used to cost every episode in flight on it as an error; they are replayed once on a
     fresh worker, and an episode that kills its worker every time ends as an error instead of looping."""
     from agentprm.agent.policies import RandomAgent
     from agentprm.rollout import engine

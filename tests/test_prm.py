@@ -183,7 +183,7 @@ def test_save_load_gives_identical_scores_and_replaces_atomically(states_and_rep
     with pytest.raises(UserError, match="did not write"):   # not agentprm's: never replaced
         prm.save(out, loss="soft-bce")
     assert (out / "stale.txt").read_text() == "old run"
-    (out / "agentprm.json").write_text("{}")   # a copied agentprm.json proves nothing (issue 27)
+    (out / "agentprm.json").write_text("{}")   # a copied agentprm.json proves nothing
     with pytest.raises(UserError, match="did not write"):
         prm.save(out, loss="soft-bce")
     assert sorted(p.name for p in out.iterdir()) == ["agentprm.json", "stale.txt"]

@@ -1,4 +1,4 @@
-"""Issue 30: `import agentprm` is the public API, and docs/python-api.md's walk-through runs as written."""
+"""`import agentprm` is the public API, and docs/python-api.md's walk-through runs as written."""
 from __future__ import annotations
 
 import re

@@ -1,6 +1,6 @@
 """Every numeric setting has a declared range (agentprm/ranges.py), and an out-of-range value of any of them is a
 one-line error naming it — from a loop config file and from every command's generated flags — before any work
-(issue 17: validate before work)."""
+(validate before work)."""
 from __future__ import annotations
 
 import argparse
@@ -110,7 +110,7 @@ def test_every_command_with_generated_flags_is_covered():
     (["tasks", "generate", "--out", "o", "--split", "train", "--num", "0"], "--num"),
 ])
 def test_a_commands_own_flags_go_through_the_same_table(argv, flag, tmp_path, capsys, monkeypatch):
-    """Issue 27: flags written by hand outside the generated sections (--best-of 0, --beam-width -1, a seed of
+    """flags written by hand outside the generated sections (--best-of 0, --beam-width -1, a seed of
     10**26, a budget of NaN, an infinite learning rate or temperature, 100000 threads) ran, crashed or segfaulted."""
     from agentprm.cli import main
 

@@ -1,4 +1,4 @@
-"""The reasoning setting (issue 31): generated problems, the step checker, worked solutions with known first errors,
+"""The reasoning setting: generated problems, the step checker, worked solutions with known first errors,
 Monte-Carlo step labels, first-error F1 and calibration — pinned on hand-built cases."""
 import json
 import random

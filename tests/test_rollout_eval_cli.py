@@ -37,7 +37,7 @@ def test_rollout_writes_readable_shards(policy_dir, generated_tasks, tmp_path):
 
 def test_an_interrupted_rollout_resumes_with_only_the_missing_episodes(policy_dir, generated_tasks, tmp_path,
                                                                         monkeypatch, capsys):
-    """Issue 17: shards are flushed every few rows, so a kill costs at most the unflushed episodes, and --resume plays
+    """shards are flushed every few rows, so a kill costs at most the unflushed episodes, and --resume plays
     exactly those; without --resume an existing rollout is refused, and one of other tasks/seed is never mixed in."""
     from agentprm.commands import rollout
 
@@ -119,7 +119,7 @@ def test_sft_command_writes_policy_and_metrics(generated_tasks, tmp_path):
 
 
 def test_eval_with_a_broken_game_is_loud(generated_tasks, tmp_path, capsys):
-    """A truncated game file fails its episode: eval shows an errors column and exits 2 (issue 17), unless
+    """A truncated game file fails its episode: eval shows an errors column and exits 2, unless
     --max-errors accepts it; the JSON is written either way."""
     import shutil
     from pathlib import Path
@@ -147,7 +147,7 @@ def test_eval_with_a_broken_game_is_loud(generated_tasks, tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["demos", "rollout"])
 def test_demos_and_rollout_follow_evals_rule_for_broken_games(generated_tasks, tmp_path, capsys, command):
-    """Issue 27: `demos` and `rollout` exited 0 on a broken game (an error column only) while `eval` failed: one rule
+    """`demos` and `rollout` exited 0 on a broken game (an error column only) while `eval` failed: one rule
     for all, and what was played is written either way."""
     import shutil
     from pathlib import Path
@@ -175,7 +175,7 @@ def test_demos_and_rollout_follow_evals_rule_for_broken_games(generated_tasks, t
 
 
 def test_output_paths_that_cannot_work_are_refused_before_work(generated_tasks, tmp_path, capsys):
-    """Issue 17: `--json` naming a folder failed after the whole eval; `rollout --out` an existing file was a
+    """`--json` naming a folder failed after the whole eval; `rollout --out` an existing file was a
     traceback; a user's folder got shards mixed into it."""
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -203,7 +203,7 @@ def test_output_paths_that_cannot_work_are_refused_before_work(generated_tasks, 
     (lambda d: (d / "tokenizer.json").write_text("{not json"), "cannot load the tokenizer"),
 ])
 def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, tmp_path, capsys, damage, message):
-    """Issue 17: a bad config.json, truncated weights or a pickled checkpoint were tracebacks (the pickle is never
+    """a bad config.json, truncated weights or a pickled checkpoint were tracebacks (the pickle is never
     loaded)."""
     import shutil
 
@@ -224,7 +224,7 @@ def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, 
 
 @pytest.mark.parametrize("command", ["eval", "rollout"])
 def test_a_prm_folder_given_as_the_policy_is_refused(command, policy_dir, generated_tasks, tmp_path, capsys):
-    """Issue 29: `eval --policy <a PRM folder>` played it as a policy (its backbone loads as a causal LM) without a
+    """`eval --policy <a PRM folder>` played it as a policy (its backbone loads as a causal LM) without a
     word. (The other way round, a policy given as a PRM, prm/model.py refuses: "not a PRM folder".)"""
     import shutil
 
@@ -242,7 +242,7 @@ def test_a_prm_folder_given_as_the_policy_is_refused(command, policy_dir, genera
 
 def test_a_hub_id_is_read_from_the_local_cache_and_otherwise_named_in_one_line(policy_dir, generated_tasks, tmp_path,
                                                                                capsys, monkeypatch):
-    """Issue 29: `--policy Qwen/Qwen2.5-0.5B-Instruct` said "no such model folder" even with the model in the local
+    """`--policy Qwen/Qwen2.5-0.5B-Instruct` said "no such model folder" even with the model in the local
     Hugging Face cache. Now the cache's snapshot is used (never the network), and a missing one gets a hint."""
     import shutil
 
@@ -266,7 +266,7 @@ def test_a_hub_id_is_read_from_the_local_cache_and_otherwise_named_in_one_line(p
 
 
 def test_odd_path_characters_and_a_full_disk(generated_tasks, tmp_path, capsys, monkeypatch):
-    """Issue 17: a '[/]' in a path crashed the results table (rich read it as markup); a full disk was a traceback."""
+    """a '[/]' in a path crashed the results table (rich read it as markup); a full disk was a traceback."""
     import errno
     import shutil
 

@@ -167,7 +167,7 @@ def test_a_vm_that_died_is_replaced_not_reused(tasks):
 
 @pytest.mark.slow
 def test_the_whole_loop_runs_on_scienceworld_from_a_config(tmp_path):
-    """Issue 29: ScienceWorld through every stage of one AgentPRM iteration at miniature size — task folders from its
+    """ScienceWorld through every stage of one AgentPRM iteration at miniature size — task folders from its
     own splits, π0 SFT'd on gold-path demos, rollouts, targets from partial credit, the PRM, online DPO, and the evals
     with Best-of-N and beam search beside their uniform-critic controls; the rows carry the mean return (partial
     credit) beside success."""

@@ -1,4 +1,4 @@
-"""Issue 30: the PRM as a reward for other trainers — `agentprm serve-prm` scores every turn of the episodes a plain
+"""the PRM as a reward for other trainers — `agentprm serve-prm` scores every turn of the episodes a plain
 HTTP client sends, the scores a loaded PRM gives the same states; bad requests are one-line 400s."""
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def test_a_preset_reads_the_demos_own_words_and_alfworld_demos_add_none(trained,
 
 def test_saving_again_replaces_the_folder(demos, trained):
     out, cfg, _ = trained
-    (out / "stale.txt").write_text("old")   # not agentprm's: the folder is the user's now (issue 27)
+    (out / "stale.txt").write_text("old")   # not agentprm's: the folder is the user's now
     with pytest.raises(UserError, match="stale.txt, which agentprm did not write"):
         train_sft(demos, out, SFTConfig(epochs=0.1, batch_size=8), progress=False)
     assert (out / "stale.txt").read_text() == "old"
@@ -130,7 +130,7 @@ def test_a_recipe_too_small_for_a_from_scratch_preset_is_said():
 
 
 def test_the_default_schedule_is_the_recipe_a_step_count_with_renumbered_copies():
-    """Issue 15: `agentprm sft` with no flags trains the recipe that worked (steps, not passes), whatever the data
+    """`agentprm sft` with no flags trains the recipe that worked (steps, not passes), whatever the data
     size; --epochs > 0 still counts passes instead."""
     from agentprm.train.core import num_steps
 

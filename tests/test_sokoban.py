@@ -1,4 +1,4 @@
-"""Sokoban in text (envs/sokoban.py), the second real environment of issue 29: levels in XSB notation, the rules of
+"""Sokoban in text (envs/sokoban.py), the second real environment: levels in XSB notation, the rules of
 a move, breadth-first solutions, the expert, the generator's splits, task folders through the CLI, and the loop's
 pieces (rollouts in env workers, Monte-Carlo targets, replay) on it."""
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_levels_replay_to_the_same_state_through_the_registry():
 
 
 def test_the_whole_loop_runs_on_sokoban_from_a_config(tmp_path):
-    """Issue 29: the second environment through every stage of one AgentPRM iteration — generated levels, π0 trained
+    """the second environment through every stage of one AgentPRM iteration — generated levels, π0 trained
     from the expert's demos of a larger pool of train levels (`policy0.demo_tasks`), rollouts, targets, the PRM,
     online DPO, and the evals with Best-of-N and beam search beside their uniform-critic controls."""
     from conftest import run_mini_loop

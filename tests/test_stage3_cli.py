@@ -89,7 +89,7 @@ def test_out_never_replaces_a_folder_agentprm_did_not_write(pieces, tmp_path, ca
 
 
 def test_zero_row_rollouts_are_a_one_line_error(pieces, tmp_path, capsys):
-    """Issue 27: train-policy on rollouts without a row hung without a word."""
+    """train-policy on rollouts without a row hung without a word."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

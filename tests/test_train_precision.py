@@ -1,4 +1,4 @@
-"""Issue 29: the training core's mixed precision (bf16 autocast, float32 weights) and gradient checkpointing on a
+"""the training core's mixed precision (bf16 autocast, float32 weights) and gradient checkpointing on a
 Hugging Face model, and the device settings that refuse what cannot work."""
 from __future__ import annotations
 

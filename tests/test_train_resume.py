@@ -1,4 +1,4 @@
-"""Issue 29: a training killed mid-way resumes from its checkpoint (train/checkpoint.py) and ends with the weights an
+"""a training killed mid-way resumes from its checkpoint (train/checkpoint.py) and ends with the weights an
 uninterrupted run ends with — in-process (a crash at a chosen step) and as a user meets it (`train-prm` killed with
 SIGKILL, then the same command again)."""
 from __future__ import annotations

@@ -121,7 +121,7 @@ def test_readable_with_datasets(tmp_path):
 
 
 def test_nan_or_infinite_numbers_are_refused_naming_file_column_and_row(tmp_path):
-    """Issue 17: a NaN reward (or Q̂) went through to the losses and trained the PRM into NaN silently."""
+    """a NaN reward (or Q̂) went through to the losses and trained the PRM into NaN silently."""
     from agentprm.data.tables import TARGETS_SCHEMA, read_targets
 
     rows = episode("a", 3).rows()
@@ -144,7 +144,7 @@ def test_nan_or_infinite_numbers_are_refused_naming_file_column_and_row(tmp_path
     ("turn", -1, "values must be >= 0"), ("origin", "teleport", "values must be one of ''"),
 ])
 def test_trajectory_values_out_of_range_are_refused(tmp_path, column, value, message):
-    """Issue 27: rewards of 1000 or −5 and unknown origins were read as given."""
+    """rewards of 1000 or −5 and unknown origins were read as given."""
     rows = episode("a", 3).rows()
     rows[2][column] = value
     bad = tmp_path / "bad.parquet"
@@ -165,7 +165,7 @@ def test_q_targets_out_of_range_are_refused(tmp_path):
 
 
 def test_shards_whose_columns_disagree_are_named(tmp_path):
-    """Issue 27: two shards of one folder with an extra column of different types were a pyarrow traceback."""
+    """two shards of one folder with an extra column of different types were a pyarrow traceback."""
     for k, value in enumerate([1, "x"]):
         rows = episode(f"e{k}", 2).rows()
         table = pa.Table.from_pylist(rows, schema=SCHEMA).append_column("extra", pa.array([value] * len(rows)))
