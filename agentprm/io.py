@@ -14,6 +14,12 @@ from typing import Any, Iterator
 
 from agentprm.errors import UserError
 
+def user_cache(name: str) -> Path:
+    """<$XDG_CACHE_HOME, else ~/.cache>/agentprm/<name>: where agentprm keeps what it can rebuild (games, SAS
+    translations, ALFWorld's data, converted models)."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentprm" / name
+
+
 def umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

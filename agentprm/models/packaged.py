@@ -13,12 +13,12 @@ at run time), and the first use converts them once into an owned safetensors fol
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from agentprm.errors import UserError
+from agentprm.io import user_cache
 from agentprm.outputs import atomic_dir
 
 
@@ -35,17 +35,13 @@ PACKAGED = {
 }
 
 
-def models_cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentprm" / "models"
-
-
 def packaged_model_dir(name: str) -> Path | None:
     """The converted folder of the packaged model `name` (converted now if this is its first use); None when `name`
     names no packaged model. A missing package is a one-line error naming the install target."""
     spec = PACKAGED.get(name)
     if spec is None:
         return None
-    out = models_cache() / name
+    out = user_cache("models") / name
     if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
         return out
     gguf = _packaged_file(name, spec)

@@ -3,7 +3,8 @@ folder we control first (a user's own ALFWORLD_DATA, e.g. the official dataset, 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from agentprm.io import user_cache
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -14,7 +15,7 @@ TASK_TYPES = (
     "pick_two_obj_and_place",
 )
 
-_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentprm" / "alfworld"
+_CACHE = user_cache("alfworld")
 
 
 def import_alfworld():

@@ -47,7 +47,7 @@ import os
 import sys
 from pathlib import Path
 
-from agentprm.io import atomic_path
+from agentprm.io import atomic_path, user_cache
 
 _installed = False
 
@@ -56,7 +56,7 @@ def sas_cache_dir() -> Path:
     """$AGENTPRM_SAS_CACHE, else <XDG cache>/agentprm/sas."""
     if os.environ.get("AGENTPRM_SAS_CACHE"):
         return Path(os.environ["AGENTPRM_SAS_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentprm" / "sas"
+    return user_cache("sas")
 
 
 SAS_SUFFIX = ".v2.sas"   # entries with a checksum line; the header-less ".sas" files of earlier versions are not read
