@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from agentprm.errors import UserError
-from agentprm.search.critics import CRITICS, CriticContext, is_critic_name, make_critic, register_critic
+from agentprm.search.critics import CRITICS, CriticContext, make_critic, register_critic
 
 TOY = '''
 """A critic of one's own: longer replies score higher (a deterministic, model-free ranking)."""
@@ -114,7 +114,7 @@ def test_the_loop_config_takes_a_registered_critic_and_names_the_field_otherwise
         policy: {critic: test-longest}
     """))
     assert load_config(path).policy.critic == "test-longest"
-    assert is_critic_name("logpi")
+    assert CRITICS.knows("logpi")
     for bad in ("nope", "layout"):
         path.write_text(f"policy: {{critic: {bad}}}\n")
         with pytest.raises(UserError, match=r"c.yaml: field 'policy.critic' must be a registered critic \(prm, "):

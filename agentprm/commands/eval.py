@@ -79,10 +79,10 @@ def run(args) -> int:
 def _critic(args, policy=None):
     """`--prm`: a registered critic's name (search/critics.py: uniform, policy = logpi, layout, …, or one of yours
     from an `agentprm.critics` entry point), else a PRM folder."""
-    from agentprm.search.critics import CriticContext, is_critic_name, make_critic
+    from agentprm.search.critics import CRITICS, CriticContext, make_critic
 
     name = "logpi" if args.prm == "policy" else args.prm
-    if name in ("prm", "oracle") or not is_critic_name(name):   # a folder (even one called like a critic)
+    if name in ("prm", "oracle") or not CRITICS.knows(name):   # a folder (even one called like a critic)
         critic = make_critic("prm", CriticContext(args.seed, prm=args.prm))
     else:
         critic = make_critic(name, CriticContext(args.seed, policy=policy))

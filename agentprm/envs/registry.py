@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Callable, Iterable
 
 from agentprm.envs.alfworld.engine import AlfWorldEnv
@@ -40,7 +39,7 @@ class Environment:
     # that `load_tasks` reads; split "train" or "eval" (the loop's `tasks:` section and `agentprm tasks generate`)
 
 
-ENVS: Registry[Environment] = Registry("environment")
+ENVS: Registry[Environment] = Registry("environment", group=ENTRY_POINTS)
 
 
 def register_env(name: str, *, replayable: bool = True, tasks: Callable[..., list[TaskSpec]] | None = None):
@@ -61,9 +60,6 @@ def task_generator(name: str) -> Callable[..., list[TaskSpec]]:
 
 def get_env(name: str) -> Environment:
     """The entry `name`: registered already, or by importing the entry point of that name."""
-    if name not in ENVS:
-        for point in entry_points(group=ENTRY_POINTS, name=name):
-            point.load()
     return ENVS.entry(name)
 
 

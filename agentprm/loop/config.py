@@ -24,7 +24,7 @@ from agentprm.agent.decoding import Decoding
 from agentprm.agent.remote import BackendConfig, check_backend_config
 from agentprm.models.device import DeviceConfig, check_device_config
 from agentprm.ranges import check_section
-from agentprm.search.critics import CRITICS, is_critic_name
+from agentprm.search.critics import CRITICS
 from agentprm.policy.update import UPDATES
 from agentprm.policy.config import (HackingConfig, PolicyGradientConfig,
                                     PolicyUpdateConfig, SFTConfig)
@@ -214,7 +214,7 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
                                ("policy.method", cfg.policy.method, tuple(UPDATES))):
         if value not in known:
             raise UserError(f"{source}: field '{path}' must be one of {', '.join(known)}, got {value!r}")
-    if not is_critic_name(cfg.policy.critic) or cfg.policy.critic == "layout":   # layout needs a prior file
+    if not CRITICS.knows(cfg.policy.critic) or cfg.policy.critic == "layout":   # layout needs a prior file
         raise UserError(f"{where('policy.critic')} must be a registered critic "
                         f"({', '.join(n for n in CRITICS if n != 'layout')}), got {cfg.policy.critic!r}")
     try:

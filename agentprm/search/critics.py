@@ -25,7 +25,6 @@ once your module is imported). A package registers without touching agentprm thr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,7 +46,7 @@ class CriticContext:
     options: Mapping[str, Any] = field(default_factory=dict)   # what one factory alone reads (oracle, layout)
 
 
-CRITICS: Registry[Callable[[CriticContext], Critic]] = Registry("critic")
+CRITICS: Registry[Callable[[CriticContext], Critic]] = Registry("critic", group=ENTRY_POINTS)
 
 
 def register_critic(name: str):
@@ -58,17 +57,8 @@ def register_critic(name: str):
     return add
 
 
-def is_critic_name(name: str) -> bool:
-    """Whether `name` is registered, or an entry point of `agentprm.critics` registers it (then it is, after this)."""
-    if name not in CRITICS:
-        for point in entry_points(group=ENTRY_POINTS, name=name):
-            point.load()
-    return name in CRITICS
-
-
 def make_critic(name: str, ctx: CriticContext) -> Critic:
     """The critic registered as `name`, built from `ctx`; an unknown name is a one-line error listing the known."""
-    is_critic_name(name)
     return CRITICS.entry(name)(ctx)
 
 
