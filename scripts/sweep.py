@@ -21,8 +21,9 @@ from pathlib import Path
 from agentprm.data.summary import pooled_rows
 from agentprm.errors import UserError
 from agentprm.io import provenance, write_json, write_text
-from agentprm.loop.sweep import (load_sweep, read_sweep_outcomes, run_sweep, search_rows, sweep_comparisons,
-                                 sweep_markdown)
+from agentprm.loop.sweep import (load_sweep, outcome_path, read_sweep_outcomes, run_sweep, search_rows,
+                                 sweep_comparisons, sweep_markdown)
+from agentprm.outputs import check_output_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         summary = {n: found[n] for n in sweep.variants if n in found}   # the sweep file's order: its reference first
         sweep.search = None   # search rows are not in the outcome files
     else:
+        try:   # a file of the user's where an outcome file would go: refused before any run, left as it is
+            for name in sweep.variants if args.outcomes else ():
+                for seed in args.seeds:
+                    check_output_file(outcome_path(Path(args.outcomes), name, seed), "--outcomes ")
+        except UserError as e:
+            ap.exit(2, f"error: {e}\n")
         summary = run_sweep(sweep.variants, args.seeds, out, args.resume,
                             Path(args.outcomes) if args.outcomes else None)
     search, searched = [], None

@@ -109,6 +109,25 @@ def test_sweep_script_runs_variants_search_and_paired_claims(tmp_path, generated
     assert any("+beam" in c["a"] for c in rebuilt["comparisons"])   # the loop's own search rows are kept
 
 
+def test_a_users_file_where_an_outcome_file_would_go_is_refused_before_any_run(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep", Path(__file__).parents[1] / "scripts" / "sweep.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    mine = tmp_path / "o" / "grpo-seed1.parquet"
+    mine.parent.mkdir()
+    mine.write_bytes(b"the user's own bytes")
+    path = tmp_path / "sweep.yaml"
+    path.write_text("base: {iterations: 1}\nvariants: {agentprm: {}, grpo: {algo: grpo}}\n")
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--config", str(path), "--seeds", "0", "1", "--out", str(tmp_path / "out"),
+                     "--outcomes", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and "\n" not in err and f"--outcomes {mine}: exists and agentprm did not write it" in err
+    assert mine.read_bytes() == b"the user's own bytes" and not (tmp_path / "out").exists()
+
+
 def fake_results(seed: int, lift: float, draw: int, tasks: int = 30) -> dict:
     """A finished run's results.json in miniature: π0 and π2 on `tasks` games of the seed's own eval draw, π2
     winning `lift` more often; `draw` seeds the outcomes."""

@@ -85,12 +85,16 @@ def run_sweep(configs: dict[str, LoopConfig], seeds: list[int], out: Path, resum
                 results = Loop(cfg, run_dir, resume, reuse=reuse).run()
             per_seed[name][seed] = with_env_steps(results)
             if outcomes is not None:
-                write_outcomes(outcomes / f"{name or 'run'}-seed{seed}.parquet", results, name, seed)
+                write_outcomes(outcome_path(outcomes, name, seed), results, name, seed)
             wall[name] += sum(results["stage_seconds"].values())
             # demos count as the method's own: only the methods that learn from demos pay for them
             own[name] += sum(s for stage, s in results["stage_seconds"].items() if stage not in shared - {"demos"})
     return {name: {"rows": pooled_rows(per_seed[name]), "per_seed": per_seed[name],
                    "wall_seconds": round(wall[name], 1), "own_seconds": round(own[name], 1)} for name in configs}
+
+
+def outcome_path(folder: Path, variant: str, seed: int) -> Path:
+    return folder / f"{variant or 'run'}-seed{seed}.parquet"
 
 
 def with_env_steps(results: dict) -> list[dict]:
