@@ -48,7 +48,7 @@ _BY_NAME = {
     SEED: ("seed",),
     THREADS: ("threads",),
     AT_LEAST_0: ("time_budget_s", "time_budget", "history_turns", "renumber_copies", "checkpoint_every",
-                 "checkpoint_every_s", "r", "branches",
+                 "checkpoint_every_s", "r", "branches", "val_every",
                  "max_errors", "candidates", "min_margin", "search_tasks", "demo_tasks", "beam_width", "spro_beta", "entropy_coef",
                  "probe_episodes", "prm_rise", "std_rise", "max_kl", "temperature", "bon_temperature",
                  "delta", "retries", "gigpo_omega", "top_k", "prior_weight", "prime_outcome_coef",
@@ -57,7 +57,7 @@ _BY_NAME = {
     UNIT: ("gamma", "gigpo_gamma", "shaping_alpha", "reset_frac", "steer_frac", "merge", "noisy", "filter_low",
            "filter_high"),
     PROBABILITY_MASS: ("top_p",),
-    UNIT_HALF_OPEN: ("dropout", "heldout_frac"),
+    UNIT_HALF_OPEN: ("dropout", "heldout_frac", "val_frac"),
     CORRELATION: ("min_spearman",),
 }
 RULES: dict[str, Range] = {name: rule for rule, names in _BY_NAME.items() for name in names}

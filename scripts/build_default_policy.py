@@ -63,7 +63,7 @@ def build(args: argparse.Namespace, work: Path) -> None:
     prompt = ["--history-turns", args.history_turns] if args.history_turns is not None else []
     run_command("sft", "--demos", demos, "--out", args.out, "--model", args.model, "--epochs", args.epochs,
                 "--time-budget", args.time_budget, "--seed", args.seed, "--renumber-copies", args.renumber_copies,
-                *prompt)
+                "--val-frac", 0, *prompt)   # the recipe as documented: every demo game trained on
     run_command("eval", "--policy", args.out, "--tasks", held_out, "--seed", args.seed, "--mode", args.mode,
                 "--workers", args.workers, "--json", args.out / "eval.json")
 

@@ -402,7 +402,7 @@ def backbone(stages: StageRunner, size: str, recipe: tuple[int, int], workers: i
         "--workers", 1, "--seed", 0))
     return stages.run(f"backbone_{size}_g{games}_s{steps}", f"backbones/{size}-g{games}-s{steps}", lambda path:
                       run_command("sft", "--demos", demos, "--out", path, "--model", size, "--steps", steps,
-                                  "--renumber-copies", 1, "--threads", 1, "--seed", 0))
+                                  "--renumber-copies", 1, "--threads", 1, "--val-frac", 0, "--seed", 0))
 
 
 def world_model(stages: StageRunner, out: Path, tasks: list, per_task: int) -> Path:

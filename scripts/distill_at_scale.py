@@ -44,7 +44,7 @@ from agentprm.outputs import check_output_file
 sys.path.insert(0, str(Path(__file__).parent))
 from bon_at_scale import POLICY, cli as run, critic_folders, heldout_layout, layout_weight  # noqa: E402
 
-SFT = ("--model", POLICY, "--batch-size", "16", "--lr", "1e-4", "--renumber-copies", "0")   # and --steps
+SFT = ("--model", POLICY, "--batch-size", "16", "--lr", "1e-4", "--renumber-copies", "0", "--val-frac", "0")   # and --steps
 
 
 def first_games(train: Path, games: int, out: Path) -> Path:

@@ -72,7 +72,7 @@ def run_one(args, demos: Path, held_out: Path, size: int, seed: int, checkpoint_
         epochs = args.epochs * max(args.sizes) / size
         run_command("sft", "--demos", demos, "--out", run, "--model", args.model, "--epochs", epochs,
                     "--time-budget", args.time_budget, "--seed", seed, "--renumber-copies", args.renumber_copies,
-                    "--checkpoint-every", checkpoint_every, "--threads", 1, quiet=True)
+                    "--checkpoint-every", checkpoint_every, "--threads", 1, "--val-frac", 0, quiet=True)
         run_command("eval", "--policy", run, "--tasks", held_out, "--seed", seed, "--workers", 1,
                     "--json", run / "eval.json", quiet=True)
     for ckpt in sorted((run.parent / f"{run.name}-checkpoints").glob("step-*")):

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
                     "--workers", workers, "--seed", seed, "--max-errors", a.train)
     if not (w / "pi0" / "model.safetensors").exists():
         run_command("sft", "--demos", w / "demos.parquet", "--out", w / "pi0", "--model", "tiny", "--steps", a.steps,
-                    "--renumber-copies", 0, "--prompt-format", "plain", "--seed", seed)
+                    "--renumber-copies", 0, "--prompt-format", "plain", "--val-frac", 0, "--seed", seed)
     rows = {}
     for name, policy, mode in (("π0", w / "pi0", a.mode), ("random command", "random", "choose"),
                                ("gold path (expert)", "expert", "choose")):

@@ -143,3 +143,69 @@ def test_the_default_schedule_is_the_recipe_a_step_count_with_renumbered_copies(
 def test_a_step_count_trains_exactly_that_many_steps(demos, tmp_path):
     metrics = train_sft(demos, tmp_path / "out", SFTConfig(steps=7, batch_size=32, renumber_copies=0), progress=False)
     assert metrics["steps"] == metrics["planned_steps"] == 7 and metrics["examples"] < 7 * 32   # several passes
+
+
+@pytest.fixture(scope="module")
+def twelve_games(generated_tasks, tmp_path_factory):
+    """Expert demos of 12 games (the train and eval splits together): enough for a validation split."""
+    tasks = load_tasks(generated_tasks.train) + load_tasks(generated_tasks.eval)
+    episodes = run_episodes(episode_jobs(tasks, 1, 0, 200, "expert"), ExpertAgent(), num_envs=6, num_workers=1,
+                            progress=False)
+    return write_episodes_file(tmp_path_factory.mktemp("demos12") / "demos.parquet", episodes)
+
+
+def test_validation_holds_out_whole_games_drawn_by_the_seed(twelve_games, demos):
+    from agentprm.policy.sft import split_games, usable_demos
+
+    episodes = usable_demos(twelve_games, SFTConfig())
+    train, val = split_games(episodes, 0.25, seed=1)
+    assert len({e.task_id for e in val}) == 3 and len(train) + len(val) == len(episodes) == 12
+    assert not {e.task_id for e in train} & {e.task_id for e in val}
+    assert split_games(episodes, 0.25, seed=1) == (train, val)
+    assert {e.task_id for e in split_games(episodes, 0.25, seed=2)[1]} != {e.task_id for e in val}   # 220 draws
+    assert split_games(episodes, 0.0, seed=1) == (episodes, [])     # val_frac 0: every game trained on, in order
+    few = usable_demos(demos, SFTConfig())                          # 3 games: below VAL_MIN_GAMES none is held out
+    assert split_games(few, 0.5, seed=0) == (few, [])
+
+
+def test_next_command_accuracy_tells_a_working_policy_from_an_untrained_one(twelve_games, tiny_policy):
+    from agentprm.policy.sft import command_states, next_command_accuracy, usable_demos
+
+    pairs = command_states(usable_demos(twelve_games, SFTConfig()))
+    assert len(pairs) > 60 and all(command in state.admissible for state, command in pairs)
+    assert len(command_states(usable_demos(twelve_games, SFTConfig()), limit=10)) == 10
+    scores = {}
+    for name, folder in (("bundled", "agentprm/assets/policy"), ("untrained", tiny_policy)):
+        agent = LMAgent.load(folder)
+        scores[name] = next_command_accuracy(agent.backend.model, agent.tokenizer, agent.prompt_cfg, pairs)
+    assert scores["bundled"] > 0.8 > 0.3 > scores["untrained"], scores
+
+
+def test_sft_reports_held_out_accuracy_of_the_weights_it_saved(twelve_games, tmp_path):
+    """The record's accuracy is that of the saved folder, measured again after loading it; with keep_best the
+    saved weights are the best measurement's, not the last's."""
+    from agentprm.policy.sft import command_states, next_command_accuracy, split_games, usable_demos
+
+    for keep_best in (False, True):
+        cfg = SFTConfig(steps=30, batch_size=8, lr=3e-3, renumber_copies=0, val_frac=0.25, val_every=6,
+                        keep_best=keep_best, prompt=PromptConfig(history_turns=1))
+        out = tmp_path / f"pi0-{keep_best}"
+        val = train_sft(twelve_games, out, cfg, seed=0, progress=False)["validation"]
+        assert val["games"] == 3 and [p["step"] for p in val["curve"]] == [6, 12, 18, 24, 30]
+        best = max(val["curve"], key=lambda p: p["accuracy"])
+        assert val["best"]["accuracy"] == best["accuracy"]
+        assert val["saved_step"] == (val["best"]["step"] if keep_best else 30)
+        held_out = command_states(split_games(usable_demos(twelve_games, cfg), 0.25, seed=0)[1])
+        agent = LMAgent.load(out)
+        again = next_command_accuracy(agent.backend.model, agent.tokenizer, agent.prompt_cfg, held_out)
+        assert val["states"] == len(held_out) and round(again, 4) == val["accuracy"]
+        record = json.loads((out / CONFIG_FILE).read_text())["sft"]["metrics"]["validation"]
+        assert record["accuracy"] == val["accuracy"]
+
+
+def test_a_policy_below_the_accuracy_bar_or_memorising_is_warned_about():
+    from agentprm.policy.sft import VAL_ACCURACY_WARN, accuracy_warning
+
+    assert accuracy_warning(0.91, 0.93) == ""
+    assert "below" in accuracy_warning(VAL_ACCURACY_WARN - 0.01, VAL_ACCURACY_WARN)
+    assert "memorised" in accuracy_warning(0.88, 0.99)

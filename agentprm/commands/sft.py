@@ -46,5 +46,9 @@ def run(args) -> int:
     metrics = train_sft(args.demos, args.out, cfg, seed=args.seed)
     print(f"trained {metrics['steps']} steps on {metrics['examples']} examples in {metrics['train_seconds']:.0f} s, "
           f"final loss {metrics['final_loss']:.3f}; wrote {args.out}")
+    val = metrics["validation"]
+    print(val["note"] if "note" in val else
+          f"next-command accuracy on {val['states']} states of {val['games']} held-out demo games: "
+          f"{val['accuracy']:.1%} (training games {val['train_accuracy']:.1%}) at step {val['saved_step']}")
     write_summary(args, metrics)
     return 0

@@ -34,6 +34,10 @@ class SFTConfig:
     checkpoint_every: int = 0      # also save the policy every this many steps (0 = never) to
                                    # <out>-checkpoints/step-<n>: the success-vs-training-time curve
     lora: LoraConfig = field(default_factory=LoraConfig)   # adapters instead of every weight (a model folder only)
+    val_frac: float = 0.1          # demo games held out (whole games, before augmentation) to measure next-command
+                                   # accuracy during training; 0 = train on all (none is held out below 10 games)
+    val_every: int = 0             # steps between validation measurements (0 = ten over the run, and the last step)
+    keep_best: bool = False        # save the weights of the measurement with the best validation accuracy, not the last
 
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(lr=self.lr, epochs=self.epochs, steps=0 if self.epochs else self.steps,

@@ -20,7 +20,7 @@ def iteration(ctx: IterationContext, prev: Path) -> IterationResult:
     c, i = ctx.cfg, ctx.i
     demos = demos_path(ctx)
     cfg = SFTConfig(model=str(prev), lr=c.policy.lr, epochs=c.policy0.sft.epochs or CONTROL_EPOCHS, renumber_copies=0,
-                    prompt=PromptConfig.load(prev))
+                    prompt=PromptConfig.load(prev), val_frac=0.0)   # the control trains on every demo game
     policy = ctx.stages.run(f"iter_{i}/policy", f"iter_{i}/policy",
                             lambda out: train_sft(demos, out, cfg, seed=ctx.seed, progress=ctx.progress))
     return IterationResult(policy)
