@@ -15,7 +15,10 @@ from agentprm.errors import UserError
 
 # OSErrors that are the machine's state, not a bug: a full disk or quota, a folder without write permission, a
 # read-only file system. Atomic writes (io.atomic_path) leave nothing half-written when they strike.
-ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+# OS errors that say something of the machine or of a path the user gave, not of agentprm: one line, no traceback
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG,
+                      errno.EISDIR, errno.ENOTDIR, errno.EFBIG, errno.ELOOP, errno.EMFILE, errno.ENFILE,
+                      errno.EADDRINUSE, errno.EADDRNOTAVAIL}
 COMMANDS = ["tasks", "demos", "play", "sft", "rollout", "eval", "targets", "train_prm", "train_policy", "loop", "serve",
             "serve_prm", "view", "reason"]
 

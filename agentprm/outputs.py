@@ -265,6 +265,9 @@ def _take(lock: Path, what: str | os.PathLike) -> None:
     raise UserError(f"{what}: could not take the lock {lock}")
 
 
+MAX_NAME = 200   # bytes of an output's name: "." + name + ".agentprm-lock" (or a temporary name) stays within 255
+
+
 def lock_beside(path: Path) -> Path:
     """The lock of an output path: a hidden file beside it (a folder written whole is swapped, so not inside)."""
     return path.absolute().parent / f".{path.name}.agentprm-lock"
@@ -306,6 +309,10 @@ def prepared(args) -> Iterator[None]:
         if str(value) == "":
             raise UserError(f"{_flag(dest).strip()}: an empty path; name a {'file' if kind == 'file' else 'folder'}")
         path = paths[dest] = Path(value)
+        if len(os.fsencode(path.name)) > MAX_NAME:
+            raise UserError(f"{_flag(dest)}{path.name[:40]}...: a name of {len(os.fsencode(path.name))} bytes; at most "
+                            f"{MAX_NAME} (file systems allow 255, and agentprm writes its lock and temporary files "
+                            "beside an output under a longer name)")
         for other, inp in inputs:
             if inp.exists() and _overlap(path, inp):
                 raise UserError(f"{_flag(dest)}{path}: is, holds or lies inside the input {_flag(other)}{inp}; "

@@ -274,6 +274,25 @@ INPUT_CASES += [
     ["tasks", "generate", "--split", "test", "--num", "1", "--out", "new/i/games"],
     ["loop", "--config", "garbage.json", "--run-dir", "new/j/run"],
 ]
+# Outputs the operating system refuses: a legal 240-character name whose lock file's name passes 255 bytes, a path
+# through a file, a folder where a file goes, a name past the OS limit. One line each (cli.py ENVIRONMENT_ERRNOS).
+LONG = "n" * 240
+OS_CASES = [
+    ["targets", "mc", "--rollouts", "garbage.parquet", "--out", f"{LONG}.parquet"],
+    ["demos", "--tasks", "tasks", "--out", f"{LONG}.parquet"],
+    ["sft", "--demos", "garbage.parquet", "--out", LONG],
+    ["eval", "--policy", "random", "--tasks", "tasks", "--json", f"{LONG}.json"],
+    ["tasks", "layout", "--tasks", "tasks", "--out", "n" * 300 + ".json"],
+    ["targets", "mc", "--rollouts", "garbage.parquet", "--out", "notes.txt/t.parquet"],
+    ["reason", "problems", "--out", "p" * 300 + ".jsonl", "--split", "train", "--num", "1"],
+]
+
+
+@pytest.mark.parametrize("argv", OS_CASES, ids=lambda a: f"{a[0]} {a[-1][:20]}")
+def test_an_output_the_operating_system_refuses(user, capsys, argv):
+    refused(argv, user, capsys)
+
+
 CONFIGS = {
     "repeated key": "seed: 1\nseed: 2\n", "alias": "a: &x {train: 3}\ntasks: *x\n", "a list": "- 1\n- 2\n",
     "a string": "just words\n", "unknown field": "algo: agentprm\ncolour: blue\n", "unknown section field":
@@ -408,6 +427,6 @@ def test_targets_outside_zero_one_and_empty_tables_are_refused(user, capsys):
 
 
 def test_the_battery_has_at_least_300_cases():
-    cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(CONFIGS)
+    cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(OS_CASES) + len(CONFIGS)
              + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 4)
     assert cases >= 300, cases

@@ -54,6 +54,29 @@ def test_cached_games_are_copied_and_a_split_is_a_prefix_of_a_larger_one(generat
     assert json.loads((entry / "task.json").read_text())["task_id"] == expected[1]["task_id"]
 
 
+def test_a_cache_entry_naming_a_path_outside_the_output_is_a_miss(generated_tasks, tmp_path, monkeypatch):
+    """A cache entry is data from outside: its task id names the folder written under the output, so an id that is
+    not the job's own game name (`../victim`) is ignored and the game generated again; nothing beside the output is
+    touched."""
+    monkeypatch.setenv("AGENTPRM_GAME_CACHE", str(tmp_path / "cache"))
+    gen.generate_tasks(tmp_path / "a", "eval", 1, generated_tasks.seed, progress=False)   # fills the cache
+    entry = next((tmp_path / "cache").glob("*/eval-s0-00000-*"))
+    spec = json.loads((entry / "task.json").read_text())
+    for poison in ("../victim", "/tmp/victim", "eval-00000-x/../../victim", ""):
+        (entry / "task.json").write_text(json.dumps({**spec, "task_id": poison}))
+        if poison and "/" not in poison[:1]:
+            (entry / poison).mkdir(parents=True, exist_ok=True)
+            for f in (entry / spec["task_id"]).iterdir():
+                (entry / poison / f.name).write_bytes(f.read_bytes())
+        (tmp_path / "victim").mkdir(exist_ok=True)
+        (tmp_path / "victim" / "mine.txt").write_text("keep")
+        out = tmp_path / f"out-{len(poison)}"
+        gen.generate_tasks(out, "eval", 1, generated_tasks.seed, progress=False)
+        assert (tmp_path / "victim" / "mine.txt").read_text() == "keep" and sorted(
+            p.name for p in (tmp_path / "victim").iterdir()) == ["mine.txt"]
+        assert manifest_rows(out) == manifest_rows(generated_tasks.eval)[:1]
+
+
 def test_different_seed_gives_different_games(generated_tasks):
     rows = manifest_rows(generated_tasks.train)
     for row in rows:

@@ -72,3 +72,11 @@ def test_a_broken_or_hostile_game_is_a_one_line_error(monkeypatch, capsys, tmp_p
     code = main(["play", "--game", str(broken)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "Traceback" not in err and message in err, err
+
+
+def test_a_typo_that_looks_like_a_number_is_asked_again_not_the_end_of_the_game(monkeypatch, capsys, game):
+    """'²' is a digit to str.isdigit but not to int(); 5,000 digits pass Python's integer limit: each is a choice
+    that does not exist, asked again, and the game goes on."""
+    code, out = play(monkeypatch, capsys, game, ["²", "9" * 5000, "1", "q"])
+    assert code == 0 and out.count("no command") == 2
+    assert out.rstrip().endswith("Quit after 1 steps (not won).")

@@ -151,3 +151,104 @@ def test_a_trl_grpo_trainer_gets_the_prms_scores_as_its_reward(prm_dir, tmp_path
     assert logged["rewards/prm_reward/mean"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
     with pytest.raises(UserError, match="no 'steps', 'observation' column"):
         PRMReward(prm)(["p"], ["look"], task=["t"])
+
+
+@pytest.fixture()
+def served(prm_dir):
+    """An in-process server (thread) for the PRM, closed after the test; a factory taking the server's options."""
+    import threading
+
+    from agentprm.prm.loading import load_prm
+    from agentprm.prm.serve import PRMServer
+
+    started = []
+
+    def start(**options):
+        server = PRMServer(load_prm(prm_dir), str(prm_dir), **options)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return server
+    yield start
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
+def raw(server, request: bytes) -> tuple[int, dict]:
+    """The status and JSON body of a hand-written HTTP request (headers a client library would not send)."""
+    import socket
+
+    with socket.create_connection(server.server_address[:2], timeout=30) as s:
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def post(body: bytes, length: str | None = None, headers: str = "") -> bytes:
+    length = str(len(body)) if length is None else length
+    return (f"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n{headers}\r\n").encode() + body
+
+
+def test_hostile_requests_are_one_line_400s_and_the_server_stays_up(served):
+    from agentprm.prm.serve import MAX_TEXT
+
+    server = served()
+    good = json.dumps({"episodes": [EPISODE]}).encode()
+    cases = {"Content-Length: -1 (the body limit must hold)": post(b"x" * 1000, "-1"),
+             "Content-Length: abc": post(good, "abc"),
+             "invalid UTF-8": post(b'{"episodes": "\xff\xfe"}'),
+             "100,000-deep nesting": post(b"[" * 100_000 + b"]" * 100_000),
+             "a 5,000-digit number": post(b'{"episodes": ' + b"9" * 5000 + b"}"),
+             "a lone surrogate": post(json.dumps({"episodes": [{**EPISODE, "task": "\ud800"}]}).encode()),
+             "an observation over the text limit": post(json.dumps({"episodes": [{**EPISODE, "steps": [
+                 {**EPISODE["steps"][0], "observation": "x " * MAX_TEXT}]}]}).encode())}
+    for name, request in cases.items():
+        status, body = raw(server, request)
+        assert status in (400, 413) and "\n" not in body["error"], (name, status, body)
+    status, body = raw(server, post(good))
+    assert status == 200 and len(body["scores"][0]) == 3
+
+
+def test_a_port_in_use_is_a_one_line_error(served):
+    from agentprm.errors import UserError
+
+    server = served()
+    with pytest.raises(UserError, match="cannot listen there"):
+        served(port=server.server_address[1])
+
+
+def test_a_bearer_token_guards_the_scores_but_not_the_health_check(served):
+    server = served(token="s3cret")
+    good = json.dumps({"episodes": [EPISODE]}).encode()
+    assert raw(server, post(good))[0] == 401
+    assert raw(server, post(good, headers="Authorization: Bearer wrong\r\n"))[0] == 401
+    assert raw(server, post(good, headers="Authorization: Bearer s3cret\r\n"))[0] == 200
+    assert raw(server, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
+
+
+def test_a_large_request_takes_the_model_one_batch_at_a_time():
+    """The lock that keeps one forward pass at a time is taken per batch, not across a whole request, so a request of
+    many batches lets other clients' batches in between."""
+    from agentprm.prm.serve import batched_scores
+
+    class Critic:
+        def score(self, states, actions):
+            events.append(("score", len(states)))
+            return torch.zeros(len(states))
+
+    class Lock:
+        def __enter__(self):
+            events.append("acquire")
+
+        def __exit__(self, *exc):
+            events.append("release")
+
+    import torch
+
+    events: list = []
+    assert batched_scores(Critic(), [("s", "a")] * 5, batch=2, lock=Lock()) == [0.0] * 5
+    assert events == ["acquire", ("score", 2), "release"] * 2 + ["acquire", ("score", 1), "release"]

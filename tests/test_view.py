@@ -141,3 +141,37 @@ def test_the_page_works_in_headless_chromium(mini_run, tmp_path):
         (tmp_path / "shot.png").write_bytes(browser.get_screenshot_as_png())
     finally:
         browser.quit()
+
+
+def test_the_page_server_serves_the_page_only(tmp_path):
+    """`view --serve` answers the page and 404 for anything else of its folder: no other file, no symlink out of it,
+    no path that climbs out; a port in use is a one-line error."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from agentprm.errors import UserError
+    from agentprm.view.page import PageServer
+
+    (tmp_path / "run").mkdir()
+    page = tmp_path / "run" / "view.html"
+    page.write_text("<html>the page</html>")
+    (tmp_path / "run" / "results.json").write_text("{}")
+    (tmp_path / "secret.txt").write_text("secret")
+    os.symlink(tmp_path / "secret.txt", tmp_path / "run" / "secret.txt")
+    server = PageServer(page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for path in ("/", "/view.html", "/view.html?x=1"):
+            with urllib.request.urlopen(url + path, timeout=30) as r:
+                assert r.status == 200 and r.read() == b"<html>the page</html>"
+        for path in ("/secret.txt", "/results.json", "/../secret.txt", "/%2e%2e/secret.txt", "/run/view.html"):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(url + path, timeout=30)
+            assert e.value.code == 404, path
+        with pytest.raises(UserError, match="cannot listen"):
+            PageServer(page, server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()

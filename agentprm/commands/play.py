@@ -58,10 +58,10 @@ def choose(turn: Turn, ask: Callable[[str], str | None], step: int, budget: int)
         if answer is None or answer.strip().lower() in QUIT:
             return None
         answer = answer.strip()
-        if answer.isdigit():
-            if 1 <= int(answer) <= len(turn.admissible):
+        if answer.isdigit():   # '²' counts as a digit too: only a short ASCII number is a choice
+            if answer.isascii() and len(answer) <= 6 and 1 <= int(answer) <= len(turn.admissible):
                 return turn.admissible[int(answer) - 1]
-            print(f"no command {answer}: choose 1-{len(turn.admissible)}")
+            print(f"no command {answer[:20]}: choose 1-{len(turn.admissible)}")
         elif answer:
             return answer
 

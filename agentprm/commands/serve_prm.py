@@ -2,7 +2,11 @@
 GET /health, POST /score with episodes, answered with Q(s_t, a_t) per turn. Runs until Ctrl-C."""
 from __future__ import annotations
 
+import os
+
 from agentprm.commands.common import add_device_flags
+from agentprm.errors import require
+from agentprm.io import read_text
 from agentprm.outputs import declare
 
 
@@ -14,8 +18,11 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=8100, help="port (default 8100; 0 = a free one)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds a client may take to send its request "
                                                               "(default 60)")
+    p.add_argument("--token-file", metavar="FILE", help="a file holding the bearer token that POST /score requires "
+                   "(header 'Authorization: Bearer <token>'); $AGENTPRM_PRM_TOKEN does the same. Default: no token, "
+                   "for a server on loopback")
     add_device_flags(p)
-    declare(p, inputs=("prm",))
+    declare(p, inputs=("prm", "token_file"))
     p.set_defaults(func=run)
 
 
@@ -23,8 +30,13 @@ def run(args) -> int:
     from agentprm.prm.loading import load_prm
     from agentprm.prm.serve import PRMServer
 
+    token = os.environ.get("AGENTPRM_PRM_TOKEN", "")
+    if args.token_file:
+        lines = read_text(args.token_file, max_bytes=4096).splitlines()
+        token = lines[0].strip() if lines else ""
+        require(bool(token), f"{args.token_file}: the token file is empty")
     critic = load_prm(args.prm)
-    server = PRMServer(critic, str(args.prm), args.host, args.port, args.timeout)
+    server = PRMServer(critic, str(args.prm), args.host, args.port, args.timeout, token)
     print(f"serving {args.prm} at {server.url}  (GET /health, POST /score); Ctrl-C stops it", flush=True)
     try:
         server.serve_forever()

@@ -15,8 +15,10 @@ training rebuilt it. A bad request is answered 400 with {"error": "<one line nam
 """
 from __future__ import annotations
 
+import hmac
 import json
 import threading
+from contextlib import nullcontext
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,12 +28,20 @@ from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.errors import UserError
 
 MAX_BODY = 64 * 2**20   # bytes: a request larger than this is refused (413) before it is read
+MAX_TEXT = 2**16        # characters of any one text field (observation, action, task, command): the work a state
+                        # costs is bounded before any of it is done
 BATCH = 64              # (state, action) pairs per forward pass
 
 
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise UserError(f"{where}: must be a string, got {type(value).__name__}")
+    if len(value) > MAX_TEXT:
+        raise UserError(f"{where}: {len(value)} characters; at most {MAX_TEXT}")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise UserError(f"{where}: not valid Unicode (a lone surrogate)") from None
     return value
 
 
@@ -58,22 +68,24 @@ def _episode(raw: Any, k: int) -> EpisodeRecord:
                          "client", 0, records)
 
 
-def batched_scores(critic: Critic, pairs: list, batch: int) -> list[float]:
-    """Q(s, a) of (state, action) pairs, `batch` per forward pass."""
+def batched_scores(critic: Critic, pairs: list, batch: int, lock=None) -> list[float]:
+    """Q(s, a) of (state, action) pairs, `batch` per forward pass, each pass inside `lock` (a server's: one pass at a
+    time, and a request of many batches lets other requests' passes in between)."""
     scores: list[float] = []
     for i in range(0, len(pairs), batch):
         chunk = pairs[i:i + batch]
-        scores += critic.score([s for s, _ in chunk], [a for _, a in chunk]).tolist()
+        with lock or nullcontext():
+            scores += critic.score([s for s, _ in chunk], [a for _, a in chunk]).tolist()
     return scores
 
 
-def episode_scores(critic: Critic, episodes: Any, batch: int = BATCH) -> list[list[float]]:
+def episode_scores(critic: Critic, episodes: Any, batch: int = BATCH, lock=None) -> list[list[float]]:
     """Q(s_t, a_t) of every turn of each episode (the request format above); a UserError naming the field first."""
     if not isinstance(episodes, list):
         raise UserError("episodes: must be a list")
     records = [_episode(e, k) for k, e in enumerate(episodes)]
     pairs = [list(episode_states(r)) for r in records]
-    scores = batched_scores(critic, [p for ps in pairs for p in ps], batch)
+    scores = batched_scores(critic, [p for ps in pairs for p in ps], batch, lock)
     out, at = [], 0
     for ps in pairs:
         out.append(scores[at:at + len(ps)])
@@ -115,10 +127,15 @@ class PRMServer(ThreadingHTTPServer):
     """`critic` behind /health and /score on (host, port) — port 0 takes a free one (`server_address` says which)."""
     daemon_threads = True
 
-    def __init__(self, critic: Critic, name: str, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0):
-        self.critic, self.name, self.timeout_s = critic, name, timeout_s
+    def __init__(self, critic: Critic, name: str, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0,
+                 token: str = ""):
+        """`token`: when set, POST /score needs `Authorization: Bearer <token>` (401 otherwise); /health stays open."""
+        self.critic, self.name, self.timeout_s, self.token = critic, name, timeout_s, token
         self.lock = threading.Lock()   # one forward pass at a time: memory stays that of one batch
-        super().__init__((host, port), _Handler)
+        try:
+            super().__init__((host, port), _Handler)
+        except OSError as e:
+            raise UserError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
 
     @property
     def url(self) -> str:
@@ -156,17 +173,30 @@ class _Handler(JSONHandler):
     def do_POST(self) -> None:   # noqa: N802
         if self.path != "/score":
             return self.reply(404, {"error": f"no such endpoint {self.path}; GET /health, POST /score"})
-        size = int(self.headers.get("Content-Length") or 0)
+        given = self.headers.get("Authorization", "").encode()
+        if self.server.token and not hmac.compare_digest(given, f"Bearer {self.server.token}".encode()):
+            self.close_connection = True
+            return self.reply(401, {"error": "POST /score needs the header 'Authorization: Bearer <token>'"})
+        length = (self.headers.get("Content-Length") or "0").strip()
+        if not length.isascii() or not length.isdigit():
+            self.close_connection = True   # the body's end is unknown: nothing more is read from this connection
+            return self.reply(400, {"error": f"Content-Length must be a number of bytes, got {length[:40]!r}"})
+        size = int(length[:20])
         if size > MAX_BODY:
+            self.close_connection = True
             return self.reply(413, {"error": f"request of {size} bytes; at most {MAX_BODY}: send fewer episodes"})
         try:
             body = json.loads(self.rfile.read(size) or b"null")
-            if not isinstance(body, dict):
-                raise UserError("the request must be a JSON object {\"episodes\": [...]}")
-            with self.server.lock:
-                scores = episode_scores(self.server.critic, body.get("episodes"))
+        except UnicodeDecodeError:
+            return self.reply(400, {"error": "not valid JSON (the body is not UTF-8)"})
         except json.JSONDecodeError as e:
             return self.reply(400, {"error": f"not valid JSON ({e.msg})"})
+        except (ValueError, RecursionError) as e:   # a 5,000-digit number; nesting deeper than the parser goes
+            return self.reply(400, {"error": f"not valid JSON ({str(e).splitlines()[0][:120] or 'nested too deeply'})"})
+        try:
+            if not isinstance(body, dict):
+                raise UserError("the request must be a JSON object {\"episodes\": [...]}")
+            scores = episode_scores(self.server.critic, body.get("episodes"), lock=self.server.lock)
         except UserError as e:
             return self.reply(400, {"error": " ".join(str(e).splitlines())})
         self.reply(200, {"scores": scores})

@@ -3,13 +3,14 @@ agentprm/assets/view/ with its MIT licence, which the page carries too) in one H
 no server, no network. `agentprm view --serve` only adds a local HTTP server for browsers that limit `file://`."""
 from __future__ import annotations
 
-import functools
 import http.server
 import json
 import re
+import urllib.parse
 from pathlib import Path
 
 from agentprm import __version__
+from agentprm.errors import UserError
 from agentprm.io import write_text
 from agentprm.view.collect import collect_run
 
@@ -44,10 +45,41 @@ def view_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return write_page(collect_run(run_dir), Path(out) if out else Path(run_dir) / "view.html")
 
 
+class PageServer(http.server.ThreadingHTTPServer):
+    """Serves one page, on loopback: GET / or /<page name> answers the page's bytes, read when asked (a rewritten page
+    is served new); every other path is 404 — nothing else of the page's folder, and no link out of it."""
+
+    def __init__(self, page: Path, port: int = 0):
+        self.page = Path(page)
+        try:
+            super().__init__(("127.0.0.1", port), _PageHandler)
+        except OSError as e:
+            raise UserError(f"--port {port}: cannot listen on 127.0.0.1:{port} ({e.strerror})") from None
+
+
+class _PageHandler(http.server.BaseHTTPRequestHandler):
+    server: PageServer
+
+    def do_GET(self) -> None:   # noqa: N802 (http.server's name)
+        path = self.path.split("?", 1)[0]
+        if path not in ("/", f"/{urllib.parse.quote(self.server.page.name)}"):
+            return self._send(404, b"not found: this server serves the viewer page only\n", "text/plain")
+        self._send(200, self.server.page.read_bytes(), "text/html; charset=utf-8")
+
+    def _send(self, code: int, body: bytes, kind: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
 def serve(page: Path, port: int = 8000) -> None:
-    """Serve the page's folder on 127.0.0.1 until Ctrl-C."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(page.parent))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+    """Serve the page on 127.0.0.1 until Ctrl-C."""
+    with PageServer(page, port) as server:
         print(f"serving http://127.0.0.1:{server.server_address[1]}/{page.name}  (Ctrl-C stops it)", flush=True)
         try:
             server.serve_forever()

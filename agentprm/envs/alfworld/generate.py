@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -626,6 +627,8 @@ def _from_cache(cache: Path, job: GameJob, out_dir: Path) -> GameResult | None:
         spec = json.loads((entry / "task.json").read_text())
         failures = tuple(spec.pop("failures", ()))
         task = TaskSpec(**{**spec, "game": ""})
+        if not _is_game_name(task.task_id, job) or (task.split, task.task_type) != (job.split, job.task_type):
+            return None   # the entry is data from outside: its id names folders written here, so only this job's own
         src = entry / task.task_id
         if not ((src / GAME_FILE).is_file() and (src / TRAJ_FILE).is_file()):
             return None
@@ -637,6 +640,12 @@ def _from_cache(cache: Path, job: GameJob, out_dir: Path) -> GameResult | None:
     except (OSError, ValueError, KeyError, TypeError):   # absent, unreadable or half-written: generate it instead
         return None
     return GameResult(dataclasses.replace(task, game=str(final.resolve())), failures)
+
+
+def _is_game_name(name: object, job: GameJob) -> bool:
+    """Whether `name` is a game name `draft_game` gives `job` (one plain path component)."""
+    prefix = f"{job.split}-{job.index:05d}-{job.task_type}-"
+    return isinstance(name, str) and name.startswith(prefix) and bool(re.fullmatch(r"[0-9a-f]+", name[len(prefix):]))
 
 
 def _to_cache(cache: Path, job: GameJob, result: GameResult) -> None:
