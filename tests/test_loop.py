@@ -668,3 +668,19 @@ def test_the_decoding_section_loads_and_reaches_the_loops_policies(tmp_path, mon
         assert f"field '{field}'" in capsys.readouterr().err, text
     assert main(["eval", "--policy", "random", "--tasks", str(tmp_path), "--top-p", "1.5"]) == 2
     assert "--top-p" in capsys.readouterr().err
+
+
+def test_the_quickstart_says_in_words_whether_its_main_claim_held_on_this_seed():
+    """The main claim's verdict is read from the run's comparisons: resolved above 0, unresolved, resolved below 0
+    (not an effect), or not played; each verdict names the measured distribution over seeds."""
+    from agentprm.commands.loop import SEEDS_MEASURED, main_claim
+
+    def claim(delta, lo, hi, a="pi1+beam2x2", b="pi1+beam2x2-uniform"):
+        return {"a": a, "b": b, "delta": delta, "ci95": [lo, hi]}
+
+    other = claim(0.2, 0.1, 0.3, a="pi1", b="pi0")
+    held = main_claim([other, claim(0.065, 0.028, 0.106)])
+    assert "+6.5 [+2.8, +10.6]" in held and "resolved" in held and "NOT" not in held and SEEDS_MEASURED in held
+    for missed in (claim(-0.005, -0.046, 0.037), claim(-0.06, -0.1, -0.02)):
+        assert "NOT resolved" in main_claim([other, missed])
+    assert "not played" in main_claim([other])
