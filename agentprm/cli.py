@@ -61,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     try:
         from agentprm.commands.common import check_flags, checkpointed, tracked
-        from agentprm.outputs import prepared
+        from agentprm.outputs import launch_env, prepared
 
         check_flags(args)
+        launch_env()   # $RANK / $WORLD_SIZE no launcher would set: refused before any work
         if getattr(args, "_placed", False):   # a command that runs models (commands/common.py add_device_flags)
             from agentprm.commands.common import config_from_args
             from agentprm.models.device import DeviceConfig, use_device

@@ -248,6 +248,9 @@ def _take(lock: Path, what: str | os.PathLike) -> None:
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            if lock.is_symlink() or not lock.is_file():   # a FIFO would block the read; neither is a lock of ours
+                raise UserError(f"{what}: {lock} is in the way of its lock file and is not one agentprm wrote (not a "
+                                "regular file); remove it, or write the output elsewhere") from None
             try:
                 holder = json.loads(lock.read_text())
             except (OSError, ValueError):
@@ -263,6 +266,23 @@ def _take(lock: Path, what: str | os.PathLike) -> None:
             json.dump(me, f)
         return
     raise UserError(f"{what}: could not take the lock {lock}")
+
+
+def launch_env() -> tuple[int, int]:
+    """($RANK, $WORLD_SIZE) as a data-parallel launcher sets them — (0, 1) outside one — or a one-line error for
+    values no launcher sets (a rank that is not a number, or not below the number of processes)."""
+    values = {}
+    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1")):
+        raw = os.environ.get(name, default).strip() or default
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 6):
+            raise UserError(f"${name}={raw[:20]!r}: must be a whole number (a data-parallel launcher sets it; "
+                            "unset it otherwise)")
+        values[name] = int(raw)
+    rank, size = values["RANK"], values["WORLD_SIZE"]
+    if not 0 <= rank < size:
+        raise UserError(f"$RANK={rank} with $WORLD_SIZE={size}: a rank must be below the number of processes "
+                        "(a data-parallel launcher sets both; unset them otherwise)")
+    return rank, size
 
 
 MAX_NAME = 200   # bytes of an output's name: "." + name + ".agentprm-lock" (or a temporary name) stays within 255
@@ -329,7 +349,7 @@ def prepared(args) -> Iterator[None]:
             check_claimable(path, kind, _flag(dest))
     with ExitStack() as stack:
         # a data-parallel launch (accelerate, torchrun) runs the command once per process: rank 0 writes, and locks
-        writer = int(os.environ.get("RANK", "0")) == 0
+        writer = launch_env()[0] == 0
         for dest, path in paths.items():
             if outputs[dest] != "run" and writer:
                 stack.enter_context(hold_lock(lock_beside(path), path))

@@ -42,7 +42,7 @@ _BY_NAME = {
                  "max_steps", "eval_rows", "num_envs", "workers", "branch_probe", "continuation_states",
                  "continuation_candidates", "samples_per_state", "search_width", "search_expand", "search_per_task",
                  "episodes_per_task", "beam_expand", "ensemble_size", "monitor_states", "check_every", "eval_batch_size", "concurrency",
-                 "replicas", "best_of", "num", "max_model_len", "max_new_tokens", "report_every", "min_steps", "digits",
+                 "replicas", "best_of", "max_model_len", "max_new_tokens", "report_every", "min_steps", "digits",
                  "per_problem", "prompts", "group", "ppo_epochs", "samples", "k", "beam", "every"),
     PORT: ("port",),
     SEED: ("seed",),
@@ -59,6 +59,8 @@ _BY_NAME = {
     PROBABILITY_MASS: ("top_p",),
     UNIT_HALF_OPEN: ("dropout", "heldout_frac", "val_frac"),
     CORRELATION: ("min_spearman",),
+    Range(1, 1024): ("best_of_n",),   # each N of a list of Best-of-N runs (10^12 was an allocation first)
+    Range(1, 10**6): ("num",),        # games or problems to generate (2·10^9 problems ran on for hours)
 }
 RULES: dict[str, Range] = {name: rule for rule, names in _BY_NAME.items() for name in names}
 # Where a section means something else by a name: SFT's epochs = 0 (and then its steps) select the other schedule.

@@ -293,6 +293,26 @@ def test_an_output_the_operating_system_refuses(user, capsys, argv):
     refused(argv, user, capsys)
 
 
+def test_something_else_where_an_outputs_lock_goes(user, capsys):
+    """A FIFO (the read would block), a folder or a symlink where the lock file goes is refused, and left there."""
+    os.mkfifo(user / ".t.parquet.agentprm-lock")
+    (user / ".u.parquet.agentprm-lock").mkdir()
+    os.symlink("notes.txt", user / ".v.parquet.agentprm-lock")
+    for out in ("t.parquet", "u.parquet", "v.parquet"):
+        line = refused(["targets", "mc", "--rollouts", "garbage.parquet", "--out", out], user, capsys)
+        assert "in the way of its lock" in line
+
+
+@pytest.mark.parametrize("env", [{"RANK": "abc"}, {"WORLD_SIZE": "abc"}, {"RANK": "1"}, {"RANK": "-1"},
+                                 {"RANK": "2", "WORLD_SIZE": "2"}, {"RANK": "9" * 5000, "WORLD_SIZE": "2"}])
+def test_a_launch_environment_no_launcher_would_set(user, capsys, monkeypatch, env):
+    """$RANK / $WORLD_SIZE that are not numbers, or a rank not below the size (RANK=1 alone wrote nothing, took no
+    lock and exited 0), are one line before any work."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert "$" in refused(["targets", "mc", "--rollouts", "garbage.parquet", "--out", "t.parquet"], user, capsys)
+
+
 CONFIGS = {
     "repeated key": "seed: 1\nseed: 2\n", "alias": "a: &x {train: 3}\ntasks: *x\n", "a list": "- 1\n- 2\n",
     "a string": "just words\n", "unknown field": "algo: agentprm\ncolour: blue\n", "unknown section field":
@@ -301,7 +321,11 @@ CONFIGS = {
     "not utf-8": b"seed: \xff\n", "null section": "tasks: null\n", "NaN": "targets: {gamma: .nan}\n",
     "inf lr": "policy: {lr: .inf}\n", "huge seed": "seed: 100000000000000000000000000\n",
     "merge key": "base: &b {train: 2}\ntasks: {<<: *b}\n", "unknown loss": "prm: {loss: hinge}\n",
-    "list for mapping": "eval: [1, 2]\n", "unknown prompt format": "policy0: {sft: {prompt: {format: xml}}}\n",
+    "list for mapping": "eval: [1, 2]\n", "number for a list": "tasks: {types: 5}\n",
+    "number in a list of names": "tasks: {types: [5]}\n", "name in a list of numbers": "eval: {best_of_n: [a]}\n",
+    "fraction in a list of counts": "eval: {best_of_n: [2.5]}\n", "NaN in a list": "eval: {best_of_n: [.nan]}\n",
+    "huge count in a list": "eval: {best_of_n: [1000000000000]}\n", "numbers as stop strings":
+    "decoding: {stop: [1, 2]}\n", "fractional count": "iterations: 2.5\n", "unknown prompt format": "policy0: {sft: {prompt: {format: xml}}}\n",
 }
 
 
@@ -428,5 +452,5 @@ def test_targets_outside_zero_one_and_empty_tables_are_refused(user, capsys):
 
 def test_the_battery_has_at_least_300_cases():
     cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(OS_CASES) + len(CONFIGS)
-             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 4)
+             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 13)
     assert cases >= 300, cases

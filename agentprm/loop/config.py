@@ -23,7 +23,7 @@ from agentprm.loop.algos import check_algorithm
 from agentprm.agent.decoding import Decoding
 from agentprm.agent.remote import BackendConfig, check_backend_config
 from agentprm.models.device import DeviceConfig, check_device_config
-from agentprm.ranges import check_section
+from agentprm.ranges import check_section, check_value
 from agentprm.search.critics import CRITICS
 from agentprm.policy.update import UPDATES
 from agentprm.policy.config import (HackingConfig, PolicyGradientConfig,
@@ -153,14 +153,34 @@ def _build(cls, data: Any, where: str, source: str):
             kwargs[key] = _build(type(default), value, path, source)
         else:
             kwargs[key] = _checked(value, default, path, source, hints[key])
+            for i, v in enumerate(kwargs[key] if isinstance(kwargs[key], list) else ()):   # a list's numbers: the
+                check_value(cls, key, v, lambda i=i: f"{source}: field '{path}[{i}]'")    # field's range, each
     try:
         return cls(**kwargs)
     except UserError as e:   # a section's own check of its values (e.g. PromptConfig's format): say where
         raise UserError(f"{source}: field '{where or 'top level'}': {e}") from None
 
 
+def _list_of(hint: Any) -> Any:
+    """The element type of a list field (`list[int]`, `list[str] | None`), else None."""
+    for h in (hint, *typing.get_args(hint)):
+        if typing.get_origin(h) is list:
+            return (typing.get_args(h) or (Any,))[0]
+    return None
+
+
+EXAMPLES = {bool: False, int: 0, float: 0.0, str: ""}   # a value of each scalar type, to check an element against
+
+
 def _checked(value: Any, default: Any, path: str, source: str, hint: Any = None) -> Any:
     if value is None:
+        return value
+    element = _list_of(hint)
+    if element is not None:   # a list field: a list, each element of the element type
+        if not isinstance(value, list):
+            raise UserError(f"{source}: field '{path}' must be a list, got {value!r}")
+        if element in EXAMPLES:
+            return [_checked(v, EXAMPLES[element], f"{path}[{i}]", source) for i, v in enumerate(value)]
         return value
     if default is None:   # an optional field (`int | None`): checked against its type's example value
         kinds = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -174,6 +194,10 @@ def _checked(value: Any, default: Any, path: str, source: str, hint: Any = None)
     if isinstance(default, (int, float)) and not isinstance(default, bool):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise UserError(f"{source}: field '{path}' must be a number, got {value!r}")
+        if isinstance(default, int) and not isinstance(value, int):
+            if not value.is_integer():   # 2.5 iterations, or NaN / inf
+                raise UserError(f"{source}: field '{path}' must be a whole number, got {value!r}")
+            value = int(value)
         return type(default)(value) if isinstance(default, float) else value
     if isinstance(default, str) and not isinstance(value, str):
         raise UserError(f"{source}: field '{path}' must be a string, got {value!r}")

@@ -11,20 +11,21 @@ keeps calling its model's own methods. Only the main process writes checkpoints 
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
+
+from agentprm.outputs import launch_env
 
 if TYPE_CHECKING:   # is_main is asked by model-free commands too: they import neither torch nor transformers
     import torch
 
 
 def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return launch_env()[1]
 
 
 def is_main() -> bool:
     """The process that writes (rank 0; the only one outside a distributed launch)."""
-    return int(os.environ.get("RANK", "0")) == 0
+    return launch_env()[0] == 0
 
 
 def rank_and_size() -> tuple[int, int]:
