@@ -175,3 +175,50 @@ def test_the_page_server_serves_the_page_only(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def write_results(run: Path, results) -> Path:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "results.json").write_text(json.dumps(results))
+    return run
+
+
+ROW = {"policy": "pi0", "iteration": 0, "best_of_n": 1, "search": "", "success_rate": 0.5, "ci95": [0.2, 0.8],
+       "episodes": 4}
+
+
+@pytest.mark.parametrize("results, field", [
+    ([ROW], "JSON object"), ({"rows": {"a": 1}}, "'rows'"), ({"rows": [5]}, "rows[0]"),
+    ({"rows": [{k: v for k, v in ROW.items() if k != "ci95"}]}, "rows[0].ci95"),
+    ({"rows": [{**ROW, "episodes": "4"}]}, "rows[0].episodes"),
+    ({"rows": [{**ROW, "policy": "../../x"}]}, "rows[0].policy"),
+    ({"rows": [{**ROW, "policy": "a/b"}]}, "rows[0].policy")])
+def test_a_results_file_the_viewer_cannot_read_is_one_line_naming_the_field(tmp_path, capsys, results, field):
+    run = write_results(tmp_path / "run", results)
+    assert main(["view", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "results.json" in err and field in err, err
+    assert not (run / "view.html").exists()
+
+
+def test_an_eval_file_that_links_out_of_the_run_is_not_embedded(tmp_path):
+    import pyarrow as pa
+
+    outside = tmp_path / "outside.parquet"
+    pq.write_table(pa.table({"x": [1]}), outside)
+    run = write_results(tmp_path / "run", {"rows": [ROW]})
+    (run / "evals").mkdir()
+    os.symlink(outside, run / "evals" / "pi0.parquet")
+    data = collect_run(run)
+    assert data["rows"][0]["saved"] is False and data["episodes"] == []
+
+
+def test_non_finite_numbers_become_null_so_the_page_data_parses(tmp_path):
+    run = write_results(tmp_path / "run", {"rows": [{**ROW, "success_rate": float("nan"), "ci95": [float("-inf"), 1.0]}],
+                                           "wall_seconds": float("inf")})
+    assert main(["view", str(run)]) == 0
+    html = (run / "view.html").read_text()
+    body = re.search(r'<script type="application/json" id="run-data">(.*?)</script>', html, re.S).group(1)
+    data = json.loads(body, parse_constant=lambda c: pytest.fail(f"{c} in the page's data"))
+    assert data["rows"][0]["success_rate"] is None and data["rows"][0]["ci95"] == [None, 1.0]
+    assert data["run"]["wall_seconds"] is None

@@ -9,6 +9,7 @@ and beam rows), and its Monte-Carlo return from that turn, γ^(T−1−t)·won �
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,33 @@ def curves(run_dir: Path) -> dict:
     return {"prm": prm, "prm_loss": prm_loss, "update": update}
 
 
+ROW_FIELDS = {"policy": str, "iteration": int, "best_of_n": int, "success_rate": (int, float), "ci95": list,
+              "episodes": int}
+STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")   # an evals/ file's stem: no folder, no way out of evals/
+
+
+def check_results(results: object, path: Path) -> dict:
+    """results.json as the viewer reads it, or a one-line error naming the file and field: an object whose `rows` are
+    objects with a policy, iteration, best_of_n, success rate, CI and episode count, whose eval file stays in evals/."""
+    if not isinstance(results, dict):
+        raise UserError(f"{path}: must be a JSON object with 'rows', got {type(results).__name__}")
+    rows = results.get("rows", [])
+    if not isinstance(rows, list):
+        raise UserError(f"{path}: field 'rows' must be a list")
+    for k, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise UserError(f"{path}: field 'rows[{k}]' must be an object")
+        for name, kind in ROW_FIELDS.items():
+            if not isinstance(r.get(name), kind) or isinstance(r.get(name), bool):
+                raise UserError(f"{path}: field 'rows[{k}].{name}' is missing or not a {getattr(kind, '__name__', 'number')}")
+        if not isinstance(r.get("search", ""), str):
+            raise UserError(f"{path}: field 'rows[{k}].search' must be a string")
+        stage = EvalRow(r["policy"], r["iteration"], r["best_of_n"], r.get("search", "")).stage
+        if not STAGE_NAME.fullmatch(stage) or ".." in stage:
+            raise UserError(f"{path}: field 'rows[{k}].policy' names no eval file of this run ({r['policy'][:40]!r})")
+    return results
+
+
 def eval_rows(results: dict) -> list[dict]:
     """The results rows as the page lists them: name, stage (its evals/ file), how it acts, rate and CI."""
     out = []
@@ -85,14 +113,14 @@ def collect_run(run_dir: str | Path) -> dict:
     if not (run_dir / "results.json").is_file():
         raise UserError(f"{run_dir}: no results.json — not a finished `agentprm loop` run folder "
                         "(a run still going writes it last)")
-    results = _json(run_dir / "results.json")
-    config = results.get("config") or {}
+    results = check_results(_json(run_dir / "results.json"), run_dir / "results.json")
+    config = results.get("config") if isinstance(results.get("config"), dict) else {}
     gamma = float((config.get("targets") or {}).get("gamma", 0.9))
     rows = eval_rows(results)
     saved = []
     for row in rows:
         path = run_dir / "evals" / f"{row['stage']}.parquet"
-        row["saved"] = path.is_file()
+        row["saved"] = path.is_file() and not path.is_symlink()   # a link may lead out of the run folder
         if row["saved"]:
             saved += episodes(path, row["name"], gamma)
     provenance = results.get("provenance") or {}

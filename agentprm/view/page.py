@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import re
 import urllib.parse
 from pathlib import Path
@@ -18,10 +19,23 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets" / "view"
 GENERATOR = f"agentprm {__version__}"   # also how `outputs.written_by_agentprm` knows a page it may replace
 
 
+def finite(value):
+    """`value` with every NaN or infinite float made null: JSON has no NaN, and a page whose data holds one does not
+    parse (a blank page)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def embedded_json(data: dict) -> str:
     """JSON that cannot end its <script> element early: "</" and "<!--" only occur inside JSON strings, where
-    "<\\/" and "<\\u0021--" read back the same."""
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\u0021--")
+    "<\\/" and "<\\u0021--" read back the same. Strict JSON: non-finite numbers are null."""
+    text = json.dumps(finite(data), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.replace("</", "<\\/").replace("<!--", "<\\u0021--")
 
 
 def render(data: dict) -> str:
