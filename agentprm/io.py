@@ -58,8 +58,8 @@ def read_text(path: str | os.PathLike, max_bytes: int | None = None) -> str:
     if Path(path).exists() and not Path(path).is_file():
         raise UserError(f"{path}: not a regular file")
     if max_bytes is not None and Path(path).stat().st_size > max_bytes:
-        raise UserError(f"{path}: {Path(path).stat().st_size / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} "
-                        "MiB such a file may have")
+        raise UserError(f"{path}: {Path(path).stat().st_size:,} bytes, more than the {max_bytes:,} such a file may "
+                        "have")
     try:
         return Path(path).read_text()
     except UnicodeDecodeError as e:

@@ -435,6 +435,14 @@ def test_a_trajectory_record_out_of_range(user, capsys, spoil, argv):
     assert "r.parquet" in refused(argv, user, capsys)
 
 
+@pytest.mark.parametrize("spoil", [{"admissible": [None, "look"]}, {"candidate_scores": [float("nan")]}],
+                         ids=["null command", "NaN score"])
+def test_a_list_item_that_is_missing_or_not_a_number(user, capsys, spoil):
+    """Inside a list column too: a null admissible command (a TypeError in sft) or a NaN candidate score."""
+    _rollouts(user / "r.parquet", **spoil)
+    assert "no item of a list" in refused(["sft", "--demos", "r.parquet", "--out", "pi"], user, capsys)
+
+
 def test_targets_outside_zero_one_and_empty_tables_are_refused(user, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -448,9 +456,14 @@ def test_targets_outside_zero_one_and_empty_tables_are_refused(user, capsys):
     for name in ("q7.parquet", "none.parquet"):
         assert name in refused(["targets", "pairs", "--targets", name, "--out", "p.parquet"], user, capsys)
         assert name in refused(["train-prm", "--targets", name, "--init", "tiny", "--out", "prm"], user, capsys)
+    from agentprm.data.trajectories import write_episodes_file
+
+    write_episodes_file(user / "no-episodes.parquet", [])   # a rollout file with no episode: no 0-row targets file
+    assert "no targets" in refused(["targets", "mc", "--rollouts", "no-episodes.parquet", "--out", "t.parquet"], user,
+                                   capsys)
 
 
 def test_the_battery_has_at_least_300_cases():
     cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(OS_CASES) + len(CONFIGS)
-             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 13)
+             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 15)
     assert cases >= 300, cases

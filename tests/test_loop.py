@@ -684,3 +684,19 @@ def test_the_quickstart_says_in_words_whether_its_main_claim_held_on_this_seed()
     for missed in (claim(-0.005, -0.046, 0.037), claim(-0.06, -0.1, -0.02)):
         assert "NOT resolved" in main_claim([other, missed])
     assert "not played" in main_claim([other])
+
+
+@pytest.mark.parametrize("spoil", [b"{not json", b"[1, 2]", b'{"stage": "x"}', b'{"seconds": "fast"}', b"\xff\xfe",
+                                   b"[" * 100_000])
+def test_a_spoiled_stage_marker_is_a_one_line_error_naming_it(tmp_path, spoil):
+    """A resumed run whose .stages/<stage>.done is not what agentprm wrote says so, naming the file, instead of a
+    traceback; the stage's output is left as it was."""
+    from agentprm.errors import UserError
+    from agentprm.loop.stages import StageRunner
+
+    runner = StageRunner(tmp_path / "run", resume=False)
+    out = runner.run("rollouts", "rollouts.txt", lambda p: p.write_text("done"))
+    runner.marker("rollouts").write_bytes(spoil)
+    with pytest.raises(UserError, match=r"rollouts\.done: (not a stage record agentprm wrote|not UTF-8|[0-9,]+ bytes, more)"):
+        StageRunner(tmp_path / "run", resume=True).run("rollouts", "rollouts.txt", lambda p: p.write_text("again"))
+    assert out.read_text() == "done"

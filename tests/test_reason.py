@@ -66,11 +66,17 @@ def test_final_answer_checkers():
     assert final_answer("work\nAnswer: 7\nmore\nAnswer: 8") == "8" and final_answer("no answer") is None
     assert numeric(gsm, "so\nAnswer: 1234 apples") and not numeric(gsm, "Answer: 1233") and not numeric(gsm, "1234")
     assert checker("exact")(Problem("e", "q", "Paris"), "Answer:  paris ")
-    assert checker("agentprm.reason.check:numeric") is numeric
+    imported = checker("agentprm.reason.check:numeric")
+    assert imported(gsm, "Answer: 1234") is True and imported(gsm, "Answer: 1") is False
     with pytest.raises(UserError, match="unknown answer checker 'nope'; known: numeric, exact"):
         checker("nope")
-    with pytest.raises(UserError, match="cannot be imported"):
-        checker("agentprm.reason.check:missing")
+    for name in ("agentprm.reason.check:missing", ":", ":x", "nosuchmodule:f"):
+        with pytest.raises(UserError, match="cannot be imported"):
+            checker(name)
+    with pytest.raises(UserError, match=r"must take \(problem, solution\)"):
+        checker("os:getcwd")
+    with pytest.raises(UserError, match="returned None, not true/false"):   # print takes anything, answers None
+        checker("builtins:print")(gsm, "")
 
 
 @settings(max_examples=150, deadline=None)

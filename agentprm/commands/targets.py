@@ -6,6 +6,7 @@ import time
 
 from agentprm.commands.common import add_common, add_config_flags, write_summary
 from agentprm.data.tables import read_targets, write_with_info
+from agentprm.errors import require
 from agentprm.outputs import declare
 from agentprm.targets.mc import TargetsConfig, targets_from_rollouts
 from agentprm.targets.pairs import make_pairs, pairs_counts, pairs_info
@@ -36,6 +37,8 @@ def register(sub) -> None:
 def run_mc(args) -> int:
     start = time.monotonic()
     targets = targets_from_rollouts(args.rollouts, args.gamma)
+    require(targets.table.num_rows > 0, f"{args.rollouts}: no targets to write — {targets.info['episodes']} episodes "
+            f"({targets.info['failed_episodes_dropped']} failed ones dropped); roll out first")
     write_with_info(args.out, targets.table, targets.info)
     q = targets.table["q"].to_numpy()
     summary = {**targets.info, "targets": targets.table.num_rows, "mean_q": float(q.mean()) if len(q) else None,

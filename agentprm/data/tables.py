@@ -147,6 +147,16 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
         if field.name in ENUMS:
             refuse(field.name, pc.invert(pc.is_in(column, value_set=pa.array(ENUMS[field.name]))).fill_null(False),
                    f"values must be one of {', '.join(map(repr, ENUMS[field.name]))}")
+        if pa.types.is_list(field.type) and len(column):   # a list's items: none missing, numbers finite
+            lists = column.combine_chunks()
+            items, rows = pc.list_flatten(lists), pc.list_parent_indices(lists)
+            bad = items.is_null()
+            if pa.types.is_floating(field.type.value_type):
+                bad = pc.or_(bad, pc.invert(pc.is_finite(items)).fill_null(True))
+            if pc.any(bad).as_py():
+                row = rows[pc.index(bad, True).as_py()].as_py()
+                raise UserError(f"{path}: column '{field.name}' holds {repr(table[field.name][row].as_py())[:80]} at row {row}; "
+                                "no item of a list may be missing (null) or a non-finite number")
 
 
 def conform(table: pa.Table, schema: pa.Schema, path: Path, what: str) -> pa.Table:

@@ -16,7 +16,7 @@ from typing import Callable
 from agentprm.envs.alfworld.tasks import load_tasks
 from agentprm.envs.registry import task_generator
 from agentprm.errors import UserError
-from agentprm.io import atomic_leftovers, write_json
+from agentprm.io import atomic_leftovers, read_text, write_json
 from agentprm.outputs import hold_lock
 from agentprm.tracking import active
 from agentprm.train.checkpoint import discard, resumable
@@ -59,7 +59,7 @@ class StageRunner:
         stage left is handed to `build` again instead of deleted."""
         final = self.run_dir / output
         if self.done(name):
-            self.timings[name] = json.loads(self.marker(name).read_text())["seconds"]
+            self.timings[name] = stage_record(self.marker(name))["seconds"]
             return final
         partial = final.with_name(f"{final.stem}.partial{final.suffix}")
         # leftovers of an interrupted attempt, with the temp copies a kill inside an atomic write left beside them:
@@ -96,7 +96,7 @@ class StageRunner:
         partial.rename(final)
         self.timings[name] = round(carried + time.monotonic() - start, 2)
         if source is not None:   # charge the stage's own cost: equal budgets stay comparable
-            self.timings[name] = json.loads(source.read_text())["seconds"]
+            self.timings[name] = stage_record(source)["seconds"]
         write_json(self.marker(name), {"stage": name, "output": output, "seconds": self.timings[name], **extra})
         if tracker:
             tracker.log({"seconds": self.timings[name]}, 0, scope=f"stages/{name}")
@@ -112,12 +112,27 @@ class StageRunner:
         return source if source.exists() else None
 
 
+def stage_record(path: Path) -> dict:
+    """A stage's marker (.stages/<stage>.done or .started) as written, or a one-line error naming it: a marker that
+    is not a JSON object with numeric seconds cannot say what the stage did."""
+    try:
+        record = json.loads(read_text(path, max_bytes=2**16))
+    except (ValueError, RecursionError):
+        record = None
+    fields = {"seconds"} if path.suffix == ".done" else set()
+    if not isinstance(record, dict) or any(not isinstance(record.get(f), (int, float)) for f in fields) or not all(
+            isinstance(record.get(f, 0.0), (int, float)) for f in ("started_at", "carried_seconds")):
+        raise UserError(f"{path}: not a stage record agentprm wrote (a JSON object with its seconds); delete it to "
+                        "run that stage again, then resume")
+    return record
+
+
 def carried_seconds(started: Path, kept: list[Path]) -> float:
     """The seconds earlier attempts of a stage spent on the work a resumed attempt continues (the shards of its
     partial output, a training's checkpoints: `kept`), so a stage killed and resumed reports its whole cost, not its
     last attempt's: the last attempt's span from its start to the newest file it left in `kept`, added to what that
     attempt carried. A marker written before this record (no `started_at`) carries 0."""
-    record = json.loads(started.read_text())
+    record = stage_record(started)
     begun = record.get("started_at")
     if begun is None:
         return 0.0

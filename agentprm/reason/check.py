@@ -24,6 +24,7 @@ when every line is right — and then, by construction, the answer is the refere
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import re
 from dataclasses import dataclass
@@ -79,11 +80,23 @@ def checker(name: str) -> Checker:
     module, _, attr = name.partition(":")
     try:
         fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
+    except (ImportError, AttributeError, ValueError) as e:   # ValueError: ":" (an empty module name)
         raise UserError(f"answer checker {name!r} cannot be imported: {e}") from None
     if not callable(fn):
         raise UserError(f"answer checker {name!r} is not a function")
-    return fn
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise UserError(f"answer checker {name!r} must take (problem, solution)") from None
+    except ValueError:   # a builtin without a signature: judged by what it returns, below
+        pass
+
+    def judged(problem: Problem, solution: str) -> bool:
+        verdict = fn(problem, solution)
+        if not (isinstance(verdict, (bool, int)) and verdict in (0, 1)) and type(verdict).__name__ != "bool_":
+            raise UserError(f"answer checker {name!r} returned {verdict!r}, not true/false")
+        return bool(verdict)
+    return judged
 
 
 @dataclass(frozen=True)
