@@ -273,6 +273,7 @@ INPUT_CASES += [
     ["train-policy", "--policy", "data", "--prm", "data", "--rollouts", "data", "--out", "new/h/pi1"],
     ["tasks", "generate", "--split", "test", "--num", "1", "--out", "new/i/games"],
     ["loop", "--config", "garbage.json", "--run-dir", "new/j/run"],
+    ["sft", "--demos", "empty.parquet", "--out", "pi", "--system-prompt", "word " * 5000],   # in every turn's prompt
 ]
 # Outputs the operating system refuses: a legal 240-character name whose lock file's name passes 255 bytes, a path
 # through a file, a folder where a file goes, a name past the OS limit. One line each (cli.py ENVIRONMENT_ERRNOS).

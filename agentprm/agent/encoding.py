@@ -22,6 +22,9 @@ from agentprm.io import read_text, write_json
 CONFIG_FILE = "agentprm.json"
 
 
+MAX_SYSTEM_PROMPT = 4096   # characters (a 60,000-word system prompt made every prompt ~100 k tokens: hours per epoch)
+
+
 @dataclass(frozen=True)
 class PromptConfig:
     show_admissible: bool = False            # list the admissible commands in the prompt
@@ -35,6 +38,9 @@ class PromptConfig:
             raise UserError(f"prompt format {self.format!r}: expected one of {', '.join(FORMATS)}")
         if not isinstance(self.system_prompt, str):
             raise UserError(f"prompt system_prompt must be a string, got {self.system_prompt!r}")
+        if len(self.system_prompt) > MAX_SYSTEM_PROMPT:   # it is in every prompt of every turn
+            raise UserError(f"prompt system_prompt: {len(self.system_prompt):,} characters; at most "
+                            f"{MAX_SYSTEM_PROMPT:,} (it is repeated in the prompt of every turn)")
 
     def save(self, folder: str | Path, **extra) -> None:
         write_json(Path(folder) / CONFIG_FILE, {"prompt": asdict(self), **extra})
