@@ -137,10 +137,16 @@ def test_a_dying_worker_loses_the_episodes_it_hosted():
 
 
 def test_hung_worker_is_killed_after_timeout():
-    with EnvPool(1, timeout=1) as pool:
+    """A worker that does not answer within the timeout is replaced. Only the hanging step runs under the short
+    timeout: the resets (a process started, an env built) get as long as a loaded machine needs."""
+    with EnvPool(1, timeout=120) as pool:
         pool.reset(0, CountingEnv)
+        pool.timeout = 1
         turn = pool.step({0: "hang"})[0]
         assert turn.done and "no answer within 1 s" in turn.info["error"]
+        with pytest.raises(ValueError, match=r"slot 0 has no running episode: it failed \(no answer within 1 s"):
+            pool.step({0: "inc"})   # says why, not just "reset it first"
+        pool.timeout = 120
         assert pool.reset(0, CountingEnv).observation == "0"
 
 

@@ -151,6 +151,7 @@ class _Slot:
     active: bool = False    # an episode is running: step() is allowed
     doing: str = ""         # the last request, for error messages
     lost: str = ""          # why the episode was lost with its worker, reported at its next step
+    ended: str = ""         # why the last episode ended on a failure (a reset that timed out), for the next step
 
 
 class EnvPool:
@@ -227,7 +228,9 @@ class EnvPool:
                 self._slots[slot] = _Slot(doing=f"resetting {repr(arg)[:300]}")
             elif cmd == "step":
                 if not self._slots[slot].active:
-                    raise ValueError(f"slot {slot} has no running episode: reset it first")
+                    why = self._slots[slot].ended
+                    raise ValueError(f"slot {slot} has no running episode: "
+                                     + (f"it failed ({why}); reset it again" if why else "reset it first"))
                 self._slots[slot].doing = f"stepping {arg!r}"
             else:
                 raise ValueError(f"unknown request {cmd!r}")
@@ -320,9 +323,10 @@ class EnvPool:
         """The failed answer of `slot`; `worker_lost` when its worker died, hung or was replaced (the episode was
         fine, its process was not: worth playing again), not when its own env raised."""
         state = self._slots[slot]
-        self._slots[slot] = _Slot(task=state.task)
+        error = f"{reason} (while {state.doing})"
+        self._slots[slot] = _Slot(task=state.task, ended=error)
         return Turn(task=state.task, observation="", admissible=(), done=True,
-                    info={"error": f"{reason} (while {state.doing})", **({"worker_lost": True} if worker_lost else {})})
+                    info={"error": error, **({"worker_lost": True} if worker_lost else {})})
 
     def close(self) -> None:
         for worker in self._workers:
