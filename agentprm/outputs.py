@@ -170,28 +170,58 @@ def atomic_dir(path: str | Path, kind: str = "model") -> Iterator[Path]:
 
 
 # ------------------------------------------------------------------------------------------------ output files
-def written_by_agentprm(path: Path) -> bool:
-    """A Parquet file with agentprm's schema metadata, an HTML page agentprm generated (view/page.py), or a JSON
-    object with agentprm's provenance."""
+def file_kind(path: Path) -> str:
+    """What an agentprm-written file is — "page" (view/page.py's HTML), "trajectories", "targets", "pairs" or "table"
+    (Parquet with agentprm's schema metadata, told apart by their columns), "layout" (the layout prior), "results"
+    (a loop's results.json) or "summary" (a JSON object with agentprm's provenance) — or "" when agentprm did not
+    write it."""
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            return b"agentprm" in (pq.read_schema(path).metadata or {})
+            schema = pq.read_schema(path)
+            if b"agentprm" not in (schema.metadata or {}):
+                return ""
+            names = set(schema.names)
+            return ("trajectories" if {"observation", "turn"} <= names else "pairs" if "chosen" in names
+                    else "targets" if {"q", "state_key"} <= names else "table")
         if path.suffix == ".html":
             with path.open("rb") as f:
-                return b'<meta name="generator" content="agentprm ' in f.read(4096)
+                return "page" if b'<meta name="generator" content="agentprm ' in f.read(4096) else ""
         if path.stat().st_size > 64 << 20:
-            return False
+            return ""
         data = json.loads(path.read_text())
-        return isinstance(data, dict) and isinstance(data.get("provenance"), dict) \
-            and "agentprm" in (data["provenance"].get("versions") or {})
+        if not isinstance(data, dict):
+            return ""
+        if data.get("kind") == "alfworld-layout-prior":
+            return "layout"
+        if isinstance(data.get("provenance"), dict) and "agentprm" in (data["provenance"].get("versions") or {}):
+            return "results" if {"rows", "comparisons", "config"} <= set(data) else "summary"
     except Exception:   # unreadable, not Parquet, not JSON: not ours
-        return False
+        return ""
+    return ""
 
 
-def check_output_file(path: str | os.PathLike, flag: str = "", overwrite: bool = False) -> None:
-    """A file output: a regular file or absent; an existing one agentprm did not write only with `overwrite`."""
+def written_by_agentprm(path: Path) -> bool:
+    return bool(file_kind(path))
+
+
+def owning_folder(path: Path) -> Path | None:
+    """The nearest folder above `path` that agentprm created as an output (it holds OWNER_FILE), or None."""
+    for folder in Path(path).absolute().parents:
+        if (folder / OWNER_FILE).is_file():
+            return folder
+    return None
+
+
+BESIDE_OUTPUTS = ("page", "summary")   # kinds a command may rewrite inside an output's folder (RUN/view.html, --json)
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "", overwrite: bool = False, kind: str = "") -> None:
+    """A file output: a regular file or absent. An existing one is replaced only when agentprm wrote it as the same
+    kind of output (`kind`, when the command declares one), or with `overwrite`; a file inside another output's
+    folder (a run, a model, a rollout folder) never, `overwrite` or not, but a viewer page or a --json summary
+    rewritten by the same kind (BESIDE_OUTPUTS)."""
     if str(path) == "":
         raise UserError(f"{flag}: an empty path; name a file")
     path = Path(path)
@@ -203,9 +233,16 @@ def check_output_file(path: str | os.PathLike, flag: str = "", overwrite: bool =
             raise UserError(f"{flag}{path}: is a folder; name a file")
         if not stat.S_ISREG(mode):
             raise UserError(f"{flag}{path}: is not a regular file (a device, FIFO or socket); name a file")
-        if not overwrite and not written_by_agentprm(path):
+        found, owner = file_kind(path), owning_folder(path)
+        if owner is not None and not (kind in BESIDE_OUTPUTS and found == kind):
+            raise UserError(f"{flag}{path}: a file of the agentprm output {owner}"
+                            + (f" (a {found})" if found else "") + "; write elsewhere")
+        if not overwrite and not found:
             raise UserError(f"{flag}{path}: exists and agentprm did not write it; pass --overwrite to replace it, "
                             "or choose another path")
+        if not overwrite and kind and found != kind:
+            raise UserError(f"{flag}{path}: a {found} file agentprm wrote, not a {kind}; pass --overwrite to replace "
+                            "it, or choose another path")
     _refuse_under_file(path, flag)
 
 
@@ -338,11 +375,11 @@ def prepared(args) -> Iterator[None]:
                 raise UserError(f"{_flag(dest)}{path}: is, holds or lies inside the input {_flag(other)}{inp}; "
                                 "write the output elsewhere")
         for other, done in paths.items():
-            if other != dest and _overlap(path, done) and {outputs[other], kind} != {"run", "file"}:   # a summary
-                # may go in a run folder, not in a folder written whole
+            if other != dest and _overlap(path, done) and {outputs[other].partition(":")[0], kind.partition(":")[0]} != {"run", "file"}:
+                # (a summary may go in a run folder, not in a folder written whole)
                 raise UserError(f"{_flag(dest)}{path}: overlaps {_flag(other)}{done}; give each output its own path")
-        if kind == "file":
-            check_output_file(path, _flag(dest), overwrite)
+        if kind == "file" or kind.startswith("file:"):   # "file:<kind>": replaces only a file of that kind
+            check_output_file(path, _flag(dest), overwrite, kind.partition(":")[2])
         elif kind in WHOLE:
             check_replaceable(path, _flag(dest))
         else:

@@ -222,3 +222,49 @@ def test_a_summary_may_go_inside_a_run_folder_but_not_inside_a_model_folder(tmp_
     refused(["train-prm", "--targets", "t", "--init", "tiny", "--out", str(tmp_path / "prm"),
              "--json", str(tmp_path / "prm" / "m.json")], capsys, "overlaps")
     assert list(tmp_path.iterdir()) == []   # the lock went with it, and so did the folder made to hold it
+
+
+def test_one_kind_of_output_never_replaces_another(tmp_path, capsys):
+    """A file agentprm wrote is replaced only by the same kind of output (or with --overwrite), and a file inside
+    another output's folder never: a page over a run's results.json or its eval episodes, demos or targets over a
+    rollout folder's shard, --json over a run's config or ownership marker, eval episodes over a targets file, a
+    layout prior over a summary."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from agentprm.data.tables import write_with_info
+    from agentprm.data.trajectories import EpisodeRecord, StepRecord, write_episodes_file
+    from agentprm.outputs import file_kind, mark_owned
+
+    run, shards = tmp_path / "R", tmp_path / "rollouts"
+    for folder, kind in ((run, "run"), (shards, "shards")):
+        folder.mkdir()
+        mark_owned(folder, kind)
+    provenance = {"provenance": {"versions": {"agentprm": "0"}}}
+    (run / "results.json").write_text(json.dumps({"rows": [], "comparisons": [], "config": {}, **provenance}))
+    (run / "config.yaml").write_text("algo: agentprm\n")
+    episode = EpisodeRecord("e0", "t0", "pick_and_place_simple", "put x.", "expert", 0,
+                            [StepRecord(0, "You are in a room.", ("look",), "look", 1.0, True, True)])
+    (run / "evals").mkdir()
+    write_episodes_file(run / "evals" / "pi0.parquet", [episode])
+    write_episodes_file(shards / "part-00000.parquet", [episode])
+    write_with_info(tmp_path / "t.parquet", pa.table({"state_key": ["s"], "q": [1.0]}), {})
+    (tmp_path / "s.json").write_text(json.dumps({"success_rate": 0.5, **provenance}))
+    kinds = {p.name: file_kind(p) for p in (run / "results.json", run / "evals" / "pi0.parquet", tmp_path / "t.parquet",
+                                            tmp_path / "s.json", run / "config.yaml")}
+    assert kinds == {"results.json": "results", "pi0.parquet": "trajectories", "t.parquet": "targets",
+                     "s.json": "summary", "config.yaml": ""}
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    cases = [["view", str(run), "--out", str(run / "results.json"), "--overwrite"],
+             ["view", str(run), "--out", str(run / "evals" / "pi0.parquet")],
+             ["view", str(run), "--out", str(tmp_path / "s.json")],
+             ["demos", "--tasks", "t", "--out", str(shards / "part-00000.parquet")],
+             ["targets", "mc", "--rollouts", str(run / "evals"), "--out", str(shards / "part-00000.parquet")],
+             ["tasks", "layout", "--tasks", "t", "--out", str(tmp_path / "s.json")],
+             ["eval", "--policy", "random", "--tasks", "t", "--episodes", str(tmp_path / "t.parquet")],
+             ["eval", "--policy", "random", "--tasks", "t", "--json", str(run / "config.yaml"), "--overwrite"],
+             ["eval", "--policy", "random", "--tasks", "t", "--json", str(run / ".agentprm-owned.json")]]
+    for argv in cases:
+        err = refused(argv, capsys, "")
+        assert any(why in err for why in ("a file of the agentprm output", "not a ")), err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

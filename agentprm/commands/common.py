@@ -38,7 +38,7 @@ def add_json_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write a machine-readable summary here")
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing output files agentprm did not write (never folders)")
-    declare(p, {"json": "file"})
+    declare(p, {"json": "file:summary"})
 
 
 def add_device_flags(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=None, help="env worker processes (default: CPU count)")
     add_max_errors(p)
     add_common(p)
-    declare(p, {"out": "file"}, inputs=("tasks",))
+    declare(p, {"out": "file:trajectories"}, inputs=("tasks",))
     p.set_defaults(func=run)
 
 

@@ -37,7 +37,7 @@ def register(sub) -> None:
     add_max_errors(p)
     add_device_flags(p)
     add_common(p)
-    declare(p, {"episodes": "file"}, inputs=("policy", "prm", "tasks", "layout"))
+    declare(p, {"episodes": "file:trajectories"}, inputs=("policy", "prm", "tasks", "layout"))
     p.set_defaults(func=run)
 
 

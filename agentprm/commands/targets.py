@@ -22,7 +22,7 @@ def register(sub) -> None:
     add_config_flags(p, TargetsConfig, only=("gamma",))
     p.add_argument("--out", required=True, metavar="FILE", help="output targets .parquet file")
     add_common(p)
-    declare(p, {"out": "file"}, inputs=("rollouts",))
+    declare(p, {"out": "file:targets"}, inputs=("rollouts",))
     p.set_defaults(func=run_mc)
 
     p = actions.add_parser("pairs", help="pairs (chosen, rejected) at one state with Q̂ gap > delta")
@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--delta", type=float, default=0.0, metavar="D", help="minimum Q̂ gap, exclusive (default 0)")
     p.add_argument("--out", required=True, metavar="FILE", help="output pairs .parquet file")
     add_common(p)
-    declare(p, {"out": "file"}, inputs=("targets",))
+    declare(p, {"out": "file:pairs"}, inputs=("targets",))
     p.set_defaults(func=run_pairs)
 
 

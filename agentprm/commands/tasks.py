@@ -55,7 +55,7 @@ def _register_layout(actions) -> None:
                    help="ALFWorld games to count: the train split's (never the games you evaluate on)")
     p.add_argument("--out", required=True, metavar="FILE", help="the layout prior (JSON) for `eval --layout`")
     add_common(p)
-    declare(p, {"out": "file"}, inputs=("tasks",))
+    declare(p, {"out": "file:layout"}, inputs=("tasks",))
     p.set_defaults(func=run_layout)
 
 

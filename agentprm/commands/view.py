@@ -16,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
     p.add_argument("--port", type=int, default=8000, help="port for --serve (default 8000; 0 = a free one)")
     p.add_argument("--overwrite", action="store_true", help="replace an --out file agentprm did not write")
-    declare(p, {"out": "file"})   # the page may go inside the run folder it shows (RUN_DIR/view.html is the default)
+    declare(p, {"out": "file:page"})   # the page may go inside the run folder it shows (RUN_DIR/view.html is the default)
     p.set_defaults(func=run)
 
 
@@ -25,7 +25,7 @@ def run(args) -> int:
 
     out = Path(args.out) if args.out else Path(args.run_dir) / "view.html"
     if not args.out:   # the declared --out was checked before any work; the default is checked here
-        check_output_file(out, "", args.overwrite)
+        check_output_file(out, "", args.overwrite, "page")
     page = view_run(args.run_dir, out)
     print(f"{page}: open it in a browser (file://{page.resolve()})", flush=True)
     if args.serve:
