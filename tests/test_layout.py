@@ -3,6 +3,7 @@ advantage on a hand-built state, its file round trip and refusals, and the criti
 from __future__ import annotations
 
 import json
+import os
 import math
 
 import pytest
@@ -84,6 +85,13 @@ def test_the_prior_round_trips_and_bad_files_are_refused(prior, tmp_path):
         LayoutPrior.load(path)
     with pytest.raises(UserError, match="nothing.json: not a layout prior"):
         LayoutPrior.load(tmp_path / "nothing.json")
+    for text in ("[1]", "[" * 100_000, '"text"'):   # a list, nesting past the parser, a string: one line each
+        path.write_text(text)
+        with pytest.raises(UserError, match="layout.json: not a layout prior"):
+            LayoutPrior.load(path)
+    os.mkfifo(tmp_path / "fifo.json")   # would block the read
+    with pytest.raises(UserError, match="fifo.json: not a regular file"):
+        LayoutPrior.load(tmp_path / "fifo.json")
     bad = tmp_path / "g9"
     bad.mkdir()
     (bad / "game.tw-pddl").write_text("{}")

@@ -36,7 +36,7 @@ import torch
 from agentprm.agent.format import parse_reply
 from agentprm.agent.state import object_type
 from agentprm.errors import UserError
-from agentprm.io import write_text
+from agentprm.io import read_text, write_text
 
 if TYPE_CHECKING:
     from agentprm.agent.critic import Critic
@@ -135,12 +135,14 @@ class LayoutPrior:
     def load(cls, path: str | Path) -> LayoutPrior:
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_text(path, max_bytes=64 << 20))   # a FIFO or /dev/zero: refused, not read
+            if not isinstance(data, dict):
+                raise ValueError(f"a JSON object is needed, got {type(data).__name__}")
             if data.get("kind") != "alfworld-layout-prior":
                 raise ValueError(f"kind is {data.get('kind')!r}, not 'alfworld-layout-prior'")
             counts = [{(o, r): int(n) for o, r, n in data[k]} for k in ("placed", "both")]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{path}: not a layout prior ({e})") from None
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            raise UserError(f"{path}: not a layout prior ({str(e)[:200]})") from None
         return cls(*counts, int(data.get("games", 0)))
 
 
