@@ -89,11 +89,14 @@ def _worker_main(conn: Connection) -> None:
     while True:
         try:
             batch = conn.recv()
-        except EOFError:  # the pool is gone
+        except (EOFError, OSError):  # the pool is gone (closed, or its process killed: a reset pipe)
             break
         if batch is None:
             break
-        conn.send([(slot, *_serve(envs, cmd, slot, arg)) for slot, cmd, arg in batch])
+        try:
+            conn.send([(slot, *_serve(envs, cmd, slot, arg)) for slot, cmd, arg in batch])
+        except OSError:   # the pool died while this batch was served: nobody to answer, nothing to report
+            break
     for env in envs.values():
         _close_quietly(env)
 
