@@ -226,3 +226,23 @@ def test_episodes_lost_with_a_crashed_worker_are_played_again_once(generated_tas
         assert "worker exited with code 1" in crashed.error
     else:
         assert not failed and all(len(e.steps) == 4 or e.steps[-1].done for e in episodes)
+
+
+def test_a_worker_whose_pool_died_mid_request_ends_quietly():
+    """The pool's process killed (SIGTERM) while a worker serves its batch: the answer cannot be sent (a broken pipe),
+    and the worker ends without a traceback instead of one per worker on the terminal."""
+    import multiprocessing
+    import subprocess
+    import sys
+
+    code = ("import multiprocessing, sys; sys.path.insert(0, 'tests')\n"
+            "from agentprm.envs.pool import _worker_main\n"
+            "from test_pool import CountingEnv\n"
+            "pool_end, worker_end = multiprocessing.Pipe()\n"
+            "pool_end.send([(0, 'reset', CountingEnv)])\n"
+            "pool_end.close()\n"
+            "_worker_main(worker_end)\n"
+            "print('ended')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stdout.strip() == "ended" and "Traceback" not in done.stderr, done.stderr
