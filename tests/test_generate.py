@@ -152,12 +152,20 @@ def test_cli_rejects_bad_flags_in_one_line(tmp_path, capsys, extra, field):
     assert not (tmp_path / "x").exists()
 
 
-def test_a_request_the_disk_cannot_hold_is_refused_before_work(tmp_path, capsys):
-    """`--num 2000000000` (~200 TB of games) is one line naming the space needed, and nothing is written."""
+def test_a_request_the_disk_cannot_hold_is_refused_before_work(tmp_path, capsys, monkeypatch):
+    """`--num 1000000` (~100 GB of games) on a disk with 1 GB free is one line naming the space needed, and nothing is
+    written; `--num 2000000000` is out of the flag's range before that."""
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2 * 10**9, 10**9, 10**9))
     out = tmp_path / "new" / "games"
-    assert main(["tasks", "generate", "--out", str(out), "--split", "train", "--num", "2000000000"]) == 2
+    assert main(["tasks", "generate", "--out", str(out), "--split", "train", "--num", "1000000"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "2000000000 games need about 200000.0 GB" in err and str(tmp_path) in err
+    assert "\n" not in err and "1000000 games need about 100.0 GB" in err and str(tmp_path) in err
+    assert main(["tasks", "generate", "--out", str(out), "--split", "train", "--num", "2000000000"]) == 2
+    assert "--num must be in [1, 1e+06]" in capsys.readouterr().err
     assert not out.exists() and [p for p in tmp_path.rglob("*") if not p.is_dir()] == []
 
 
