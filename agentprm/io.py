@@ -66,6 +66,21 @@ def read_text(path: str | os.PathLike, max_bytes: int | None = None) -> str:
         raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
+def parse_json(text: str | bytes, where: object) -> Any:
+    """`json.loads(text)`, or a one-line error naming `where` (a file, a file:line): bad JSON, a number past Python's
+    4,300-digit limit, or nesting deeper than the parser's stack — the one place every JSON reader bounds them."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{where}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{where}: not valid JSON (not UTF-8)") from None
+    except ValueError as e:   # int('9' * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise UserError(f"{where}: not valid JSON ({str(e).split(':')[0]})") from None
+    except RecursionError:
+        raise UserError(f"{where}: not valid JSON (nested too deeply)") from None
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

@@ -466,5 +466,22 @@ def test_targets_outside_zero_one_and_empty_tables_are_refused(user, capsys):
 
 def test_the_battery_has_at_least_300_cases():
     cases = (len(FLAG_CASES) + len(ARGPARSE_CASES) + len(OUTPUT_CASES) + len(INPUT_CASES) + len(OS_CASES) + len(CONFIGS)
-             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 15)
+             + len(MODEL_SPOILS) + len(OFFICIAL_SPOILS) + 2 * len(RECORD_SPOILS) + 17)
     assert cases >= 300, cases
+
+
+@pytest.mark.parametrize("text", ['{"task_id": ' + "9" * 5000 + "}\n", "[" * 100_000 + "\n"],
+                         ids=["5,000-digit number", "100,000-deep nesting"])
+def test_json_past_pythons_limits_is_one_line(user, capsys, text):
+    """Every JSON reader goes through io.parse_json: a number past the 4,300-digit limit or nesting past the parser's
+    stack is a one-line error naming the file and line, in a task manifest, a problems file and a run's results."""
+    (user / "big").mkdir()
+    (user / "big" / "tasks.jsonl").write_text(text)
+    (user / "big" / "problems.jsonl").write_text(text)
+    (user / "big" / "results.json").write_text(text)
+    assert "big/tasks.jsonl:1: not valid JSON" in refused(["tasks", "list", "--tasks", "big"], user, capsys)
+    assert "problems.jsonl:1: not valid JSON" in refused(
+        ["reason", "eval", "--model", "m", "--problems", "big/problems.jsonl"], user, capsys)
+    assert "results.json: not valid JSON" in refused(["view", "big", "--out", "page.html"], user, capsys)
+    (user / "big.yaml").write_text("seed: " + "9" * 5000 + "\n")
+    assert "big.yaml: not valid YAML" in refused(["loop", "--config", "big.yaml", "--run-dir", "run"], user, capsys)

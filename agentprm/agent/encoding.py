@@ -17,7 +17,7 @@ from agentprm.agent.format import (DEFAULT_HISTORY_TURNS, FORMATS, SYSTEM_PROMPT
                                    steered_messages)
 from agentprm.agent.state import AgentState
 from agentprm.errors import UserError
-from agentprm.io import read_text, write_json
+from agentprm.io import parse_json, read_text, write_json
 
 CONFIG_FILE = "agentprm.json"
 
@@ -62,10 +62,7 @@ class PromptConfig:
 
 def read_json_object(path: Path) -> dict:
     """A JSON object from `path` (an agentprm.json); a one-line error for anything else."""
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
+    data = parse_json(read_text(path), path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: must hold a JSON object, got {type(data).__name__}")
     return data

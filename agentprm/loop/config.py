@@ -316,6 +316,8 @@ def read_yaml(path: str | Path, what: str = "config") -> dict:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise UserError(f"{path}: not valid YAML ({problem}{where})") from None
+    except ValueError as e:   # a number past Python's 4,300-digit limit
+        raise UserError(f"{path}: not valid YAML ({str(e).split(':')[0]})") from None
     except RecursionError:   # nesting deep enough to exhaust the parser's stack
         raise UserError(f"{path}: not valid YAML (nested too deeply)") from None
     if not isinstance(data, dict):

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from agentprm.errors import UserError, require
-from agentprm.io import read_text, write_text
+from agentprm.errors import require
+from agentprm.io import parse_json, read_text, write_text
 from agentprm.reason.config import ChainConfig
 
 OPS = "+-*"
@@ -122,10 +122,7 @@ def read_problems(path: str | Path) -> list[Problem]:
         if not line.strip():
             continue
         where = f"{path}:{k}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{where}: not JSON ({e.msg})") from None
+        row = parse_json(line, where)
         require(isinstance(row, dict), f"{where}: a line must be a JSON object")
         question, answer = row.get("question"), row.get("answer")
         require(isinstance(question, str) and question.strip() != "", f"{where}: field 'question' must be non-empty text")

@@ -8,7 +8,6 @@ and beam rows), and its Monte-Carlo return from that turn, γ^(T−1−t)·won �
 (scripts/oracle_bounds.py computes them on its own), so the page has none to show."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.errors import UserError
+from agentprm.io import parse_json, read_text
 from agentprm.eval.paired import row_name, search_cell
 from agentprm.eval.play import EvalRow
 from agentprm.policy.update import UpdateResult
@@ -26,9 +26,10 @@ PRM_METRICS = ("pairwise_accuracy", "spearman", "bce")
 
 def _json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: cannot be read as JSON ({e})") from None
+        text = read_text(path, max_bytes=1 << 30)
+    except OSError as e:
+        raise UserError(f"{path}: cannot be read ({e.strerror})") from None
+    return parse_json(text, path)
 
 
 def _iterations(run_dir: Path) -> list[int]:

@@ -25,7 +25,7 @@ from agentprm.envs.alfworld.engine import GAME_FILE, TRAJ_FILE
 from agentprm.envs.alfworld.setup import TASK_TYPES
 from agentprm.envs.base import TaskSpec
 from agentprm.errors import UserError
-from agentprm.io import read_text, write_text
+from agentprm.io import parse_json, read_text, write_text
 from agentprm.outputs import atomic_dir, owner_record
 
 MANIFEST = "tasks.jsonl"
@@ -79,10 +79,7 @@ def _read_manifest(manifest: Path) -> list[TaskSpec]:
     for lineno, line in enumerate(read_text(manifest).splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{manifest}:{lineno}: not valid JSON ({e.msg})") from None
+        row = parse_json(line, f"{manifest}:{lineno}")
         if not isinstance(row, dict):
             raise UserError(f"{manifest}:{lineno}: must be a JSON object, got {type(row).__name__}")
         missing = [k for k in REQUIRED if k not in row]
