@@ -346,7 +346,7 @@ def _paths(value: Any) -> list[Path]:
     return [Path(v) for v in values if isinstance(v, (str, os.PathLike)) and str(v)]
 
 
-def _overlap(a: Path, b: Path) -> bool:
+def overlaps(a: Path, b: Path) -> bool:
     """`a` and `b` are the same path, or one lies inside the other."""
     a, b = Path(os.path.realpath(a)), Path(os.path.realpath(b))
     return a == b or a in b.parents or b in a.parents
@@ -371,11 +371,11 @@ def prepared(args) -> Iterator[None]:
                             f"{MAX_NAME} (file systems allow 255, and agentprm writes its lock and temporary files "
                             "beside an output under a longer name)")
         for other, inp in inputs:
-            if inp.exists() and _overlap(path, inp):
+            if inp.exists() and overlaps(path, inp):
                 raise UserError(f"{_flag(dest)}{path}: is, holds or lies inside the input {_flag(other)}{inp}; "
                                 "write the output elsewhere")
         for other, done in paths.items():
-            if other != dest and _overlap(path, done) and {outputs[other].partition(":")[0], kind.partition(":")[0]} != {"run", "file"}:
+            if other != dest and overlaps(path, done) and {outputs[other].partition(":")[0], kind.partition(":")[0]} != {"run", "file"}:
                 # (a summary may go in a run folder, not in a folder written whole)
                 raise UserError(f"{_flag(dest)}{path}: overlaps {_flag(other)}{done}; give each output its own path")
         if kind == "file" or kind.startswith("file:"):   # "file:<kind>": replaces only a file of that kind

@@ -485,3 +485,15 @@ def test_json_past_pythons_limits_is_one_line(user, capsys, text):
     assert "results.json: not valid JSON" in refused(["view", "big", "--out", "page.html"], user, capsys)
     (user / "big.yaml").write_text("seed: " + "9" * 5000 + "\n")
     assert "big.yaml: not valid YAML" in refused(["loop", "--config", "big.yaml", "--run-dir", "run"], user, capsys)
+
+
+def test_a_run_folder_inside_a_folder_the_run_reads(user, capsys, generated_tasks):
+    """A run dir inside its own train or eval task folder (or π0's folder) would write into what it reads: refused
+    before any work, the task folder unchanged."""
+    import shutil
+
+    shutil.copytree(generated_tasks.eval, user / "games")
+    for field in ("train_dir", "eval_dir"):
+        (user / "c.yaml").write_text(f"tasks: {{{field}: games}}\n")
+        line = refused(["loop", "--config", "c.yaml", "--run-dir", "games/run"], user, capsys)
+        assert f"tasks.{field} games" in line

@@ -44,7 +44,7 @@ from agentprm.loop.algos import IterationContext, IterationResult, get_algorithm
 from agentprm.loop.config import LoopConfig, dump_config, load_config
 from agentprm.loop.stages import MARKERS, StageRunner, generated_train_split, run_lock
 from agentprm.models.device import use_device
-from agentprm.outputs import check_claimable, claim_folder
+from agentprm.outputs import check_claimable, claim_folder, overlaps
 from agentprm.policy.update import UpdateResult
 from agentprm.rollout.branch import branch_jobs
 from agentprm.rollout.engine import episode_jobs, run_episodes
@@ -68,6 +68,11 @@ class Loop:
         self.algorithm = get_algorithm(cfg.algo).iteration
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         check_claimable(self.run_dir, "run")   # a folder agentprm did not create is refused before anything is written
+        for field, folder in (("tasks.train_dir", cfg.tasks.train_dir), ("tasks.eval_dir", cfg.tasks.eval_dir),
+                              ("policy0.path", cfg.policy0.path)):
+            if folder and overlaps(self.run_dir, Path(folder)):
+                raise UserError(f"{self.run_dir}: is, holds or lies inside {field} {folder}; a run writes its own "
+                                "folder, never into one it reads — choose another --run-dir")
         started = (self.run_dir / MARKERS).exists()
         if started and not resume:
             raise UserError(f"{self.run_dir}: holds a run already; pass --resume to continue it (nothing deleted)")
