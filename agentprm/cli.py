@@ -57,6 +57,9 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     # Parse before anything imports fast_downward: its pddl2sas overwrites sys.argv.
+    for stream in (sys.stdout, sys.stderr):   # a terminal that cannot show a path's characters (PYTHONIOENCODING=ascii)
+        if hasattr(stream, "reconfigure"):    # gets them escaped, not a UnicodeEncodeError after the work is done
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     _quiet_libraries()
     try:

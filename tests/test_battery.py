@@ -497,3 +497,17 @@ def test_a_run_folder_inside_a_folder_the_run_reads(user, capsys, generated_task
         (user / "c.yaml").write_text(f"tasks: {{{field}: games}}\n")
         line = refused(["loop", "--config", "c.yaml", "--run-dir", "games/run"], user, capsys)
         assert f"tasks.{field} games" in line
+
+
+def test_a_terminal_that_cannot_show_a_paths_characters(tmp_path):
+    """With PYTHONIOENCODING=ascii, a non-ASCII output name is printed escaped: the command ends 0 with its output
+    written, not with a UnicodeEncodeError after the work."""
+    import subprocess
+    import sys
+
+    _rollouts(tmp_path / "r.parquet")
+    done = subprocess.run([sys.executable, "-m", "agentprm", "targets", "mc", "--rollouts", "r.parquet", "--out",
+                           "é.parquet"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "\\xe9.parquet" in done.stdout and (tmp_path / "é.parquet").is_file()
