@@ -49,7 +49,7 @@ _BY_NAME = {
     THREADS: ("threads",),
     AT_LEAST_0: ("time_budget_s", "time_budget", "history_turns", "renumber_copies", "checkpoint_every",
                  "checkpoint_every_s", "r", "branches", "val_every",
-                 "max_errors", "candidates", "min_margin", "search_tasks", "demo_tasks", "beam_width", "spro_beta", "entropy_coef",
+                 "max_errors", "candidates", "min_margin", "search_tasks", "demo_tasks", "beam_width", "spro_beta", "entropy_coef", "kl_coef",
                  "probe_episodes", "prm_rise", "std_rise", "max_kl", "temperature", "bon_temperature",
                  "delta", "retries", "gigpo_omega", "top_k", "prior_weight", "prime_outcome_coef",
                  "prime_process_coef", "eval_every", "zeta", "layout_weight", "per_iteration"),

@@ -329,3 +329,38 @@ def test_policy_gradient_algos_refuse_reset_exploration():
     for algo in ("grpo", "spro", "gigpo"):
         with pytest.raises(UserError, match="'exploration.reset_frac' applies to algo inverse-prm; algo " + algo):
             from_dict({"algo": algo, "exploration": {"reset_frac": 0.5}})
+
+
+def test_the_kl_estimate_is_zero_where_the_policies_agree_and_grows_with_the_gap():
+    from agentprm.policy.policy_gradient import kl_k3
+
+    logp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    assert float(kl_k3(logp, logp.detach())) == 0.0
+    gaps = [float(kl_k3(logp, logp.detach() + d)) for d in (0.1, 0.5, 1.0)]
+    assert 0 < gaps[0] < gaps[1] < gaps[2]
+    assert float(kl_k3(logp, logp.detach() - 0.5)) > 0   # either direction
+    r = 0.5   # by hand: exp(r) − r − 1 on every turn
+    assert float(kl_k3(logp, logp.detach() + r)) == pytest.approx(math.exp(r) - r - 1)
+    kl_k3(logp, logp.detach() + r).backward()   # the gradient raises log π where π_ref puts more mass
+    assert (logp.grad < 0).all()   # d/dlogp of a loss term: descent moves logp up
+
+
+def test_a_kl_penalty_holds_the_update_near_the_reference(start):
+    """The same winning/losing group trained with and without kl_coef: with it, the reply the group prefers moves
+    less far from π0's log-probability, and the logged KL is smaller."""
+    from agentprm.agent.encoding import PromptConfig
+    from agentprm.agent.state import AgentState
+    from agentprm.policy.policy_gradient import PolicyGradientConfig, train_policy_gradient
+
+    task, turn = start
+    state = AgentState.start(turn, task.task_id)
+    episodes = [one_step_episode(task, turn, "inventory", True, 0), one_step_episode(task, turn, "look", False, 1)]
+    moved, kl = {}, {}
+    for coef in (0.0, 5.0):
+        model, tok = tiny()
+        before = logp_of(model, tok, state, "inventory")
+        cfg = PolicyGradientConfig(steps=20, batch_groups=1, lr=3e-3, clip=10.0, entropy_coef=0.0, kl_coef=coef)
+        history = train_policy_gradient(model, tok, PromptConfig(), episodes, cfg, progress=False)
+        moved[coef], kl[coef] = logp_of(model, tok, state, "inventory") - before, history[-1]["kl_ref"]
+    assert moved[0.0] > moved[5.0] > 0, moved
+    assert kl[0.0] > kl[5.0] >= 0, kl

@@ -123,3 +123,17 @@ def test_an_onpolicy_run_killed_mid_iteration_resumes_to_the_uninterrupted_resul
     assert [r["per_task"] for r in got["rows"]] == [r["per_task"] for r in want["rows"]]
     assert [c["env_steps"] for c in got["curve"]] == [c["env_steps"] for c in want["curve"]]
     check_onpolicy_run(killed, generated_tasks.num)
+
+
+def test_a_kl_penalty_is_against_the_frozen_pi0_at_every_iteration(tmp_path, generated_tasks, tiny_policy):
+    """policy_gradient.kl_coef > 0: the update's reference is policy_0 past iteration 1 too, so iteration 3's first
+    logged KL is KL(π2 ‖ π0) — above 0 — where π_old as the reference would log exactly 0 before the first step."""
+    cfg = onpolicy_config(tmp_path, generated_tasks, tiny_policy, "grpo",
+                          policy_gradient={"steps": 2, "batch_groups": 2, "kl_coef": 0.5, "lr": 3e-3})
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    meta = json.loads((run / "iter_3" / "policy" / "agentprm.json").read_text())["policy_gradient"]
+    assert meta["kl_reference"].endswith("policy_0") and meta["reference"].endswith("iter_2/policy")
+    assert meta["history"][0]["kl_ref"] > 0
+    first = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["policy_gradient"]
+    assert first["history"][0]["kl_ref"] == pytest.approx(0.0, abs=1e-9)   # iteration 1: π_old is π0

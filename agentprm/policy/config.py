@@ -96,6 +96,8 @@ class PolicyGradientConfig:
     gigpo_std_norm: bool = True    # GiGPO: divide by the group's std (verl-agent mean_std_norm), else mean only
     clip: float = 0.2              # PPO clip range ε
     entropy_coef: float = 0.001    # c_H (SPRO: 0.001)
+    kl_coef: float = 0.0           # β of a KL(π_θ ‖ π0) penalty, π0 frozen (DeepSeekMath's GRPO, its k3 estimator per
+                                   # turn); 0 = none. What holds a many-iteration run near π0 (docs/onpolicy.md)
     steps: int = 20                # optimiser steps
     batch_groups: int = 2          # groups (tasks) per step
     lr: float = 1e-4

@@ -83,11 +83,20 @@ class PolicyGradientLoss:
                 clipped.append(((ratio - 1).abs() > self.cfg.clip).float().detach())
                 advs.append(a)
         surrogate_all, entropy = torch.cat(surrogate), -logps.mean()
-        loss = -surrogate_all.mean() - self.cfg.entropy_coef * entropy
+        kl = kl_k3(logps, torch.cat([ep.ref_logps for ep in episodes]))
+        loss = -surrogate_all.mean() - self.cfg.entropy_coef * entropy + self.cfg.kl_coef * kl
         adv_all = torch.cat(advs)
         return loss, {"surrogate": float(surrogate_all.mean().detach()), "entropy": float(entropy.detach()),
+                      "kl_ref": float(kl.detach()),
                       "clip_frac": float(torch.cat(clipped).mean()), "adv_abs": float(adv_all.abs().mean()),
                       "log_ratio": float((logps.detach() - torch.cat([old_logps(ep) for ep in episodes])).mean())}
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Mean over turns of DeepSeekMath's k3 estimate of KL(π_θ ‖ π_ref) from a sample of π_θ's replies:
+    exp(r) − r − 1 with r = log π_ref − log π_θ — never negative, 0 where the two agree, unbiased in expectation."""
+    r = ref_logp.to(logp.dtype) - logp
+    return (torch.exp(r) - r - 1).mean()
 
 
 def old_logps(ep: EncodedEpisode) -> torch.Tensor:

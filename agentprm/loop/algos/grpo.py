@@ -26,13 +26,15 @@ def policy_gradient_iteration(ctx: IterationContext, prev: Path, advantage: str)
     estimator = ADVANTAGES.entry(advantage)
     # groups are π_{i-1}'s own episodes from the task start (Reset-50-50 is refused at config load)
     rollouts = ctx.rollouts(prev)
-    initial = estimator.uses_reference and cfg.spro_reference == "initial"
+    # π_ref is the frozen π0 for SPRO's process reward (its paper) and for a KL penalty; else π_old, and nothing is kept
+    initial = (estimator.uses_reference and cfg.spro_reference == "initial") or cfg.kl_coef > 0
     reference_dir = ctx.policy0() if initial else prev
 
     def update(out: Path) -> None:
         model, tokenizer, prompt = load_causal_lm(prev), load_tokenizer(prev), PromptConfig.load(prev)
         details = {"advantages": advantage, "process_beta": cfg.spro_beta if estimator.uses_reference else 0.0,
-                   "process_reference": str(reference_dir) if estimator.uses_reference else None}
+                   "process_reference": str(reference_dir) if estimator.uses_reference else None,
+                   "kl_reference": str(reference_dir) if cfg.kl_coef > 0 else None}
         reference = load_causal_lm(reference_dir) if reference_dir != prev else None   # π0 past iteration 1
         if cfg.lora.r:   # adapters on π_{i-1} (models/lora.py)
             from agentprm.models.lora import add_lora, trainable
@@ -57,6 +59,9 @@ def check(cfg, where) -> None:
     if pg.spro_reference not in SPRO_REFERENCES:
         raise UserError(f"{where('policy_gradient.spro_reference')} must be one of {', '.join(SPRO_REFERENCES)}, got "
                         f"{pg.spro_reference!r}")
+    if pg.kl_coef > 0 and pg.spro_reference == "previous" and ADVANTAGES.entry(pg.advantage or cfg.algo).uses_reference:
+        raise UserError(f"{where('policy_gradient.kl_coef')}: the KL penalty's reference is the frozen π0, and "
+                        "spro_reference 'previous' asks for π_(i-1): use one of the two")
 
 
 @register_algorithm("grpo", check=check, uses=("policy_gradient.advantage",))
