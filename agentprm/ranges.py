@@ -52,7 +52,7 @@ _BY_NAME = {
                  "max_errors", "candidates", "min_margin", "search_tasks", "demo_tasks", "beam_width", "spro_beta", "entropy_coef", "kl_coef",
                  "probe_episodes", "prm_rise", "std_rise", "max_kl", "temperature", "bon_temperature",
                  "delta", "retries", "gigpo_omega", "top_k", "prior_weight", "prime_outcome_coef",
-                 "prime_process_coef", "eval_every", "zeta", "layout_weight", "per_iteration"),
+                 "prime_process_coef", "eval_every", "zeta", "layout_weight", "per_iteration", "validate"),
     POSITIVE: ("lr", "beta", "alpha", "clip", "epochs", "timeout_s", "timeout", "prime_lr"),
     UNIT: ("gamma", "gigpo_gamma", "shaping_alpha", "reset_frac", "steer_frac", "merge", "noisy", "filter_low",
            "filter_high"),

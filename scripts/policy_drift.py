@@ -13,46 +13,16 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
-from agentprm.agent.encoding import prompt_ids, reply_ids
-from agentprm.agent.format import format_reply
 from agentprm.agent.lm import LMAgent
-from agentprm.agent.replay import episode_states
-from agentprm.data.trajectories import iter_episodes, read_trajectories
+from agentprm.eval.drift import DRIFT_STATES, command_log_probs, drift, visited_states
 from agentprm.io import write_json
-
-
-def visited_states(episodes_path: Path, limit: int) -> list:
-    """Up to `limit` states with at least two admissible commands, spread evenly over the episodes' turns."""
-    states = [s for e in iter_episodes(read_trajectories(episodes_path)) for s, _ in episode_states(e)
-              if len(s.admissible) >= 2]
-    return [states[i * len(states) // limit] for i in range(limit)] if len(states) > limit else states
-
-
-@torch.no_grad()
-def command_log_probs(agent: LMAgent, states: list) -> list[torch.Tensor]:
-    """Per state, log π(command | state) over its admissible commands (choose mode's distribution at T = 1)."""
-    prompts = [prompt_ids(agent.tokenizer, s, agent.prompt_cfg) for s in states]
-    candidates = [[reply_ids(agent.tokenizer, format_reply(c)) for c in s.admissible] for s in states]
-    return [torch.log_softmax(scores.double(), -1) for scores in agent.backend.score(prompts, candidates)]
-
-
-def drift(reference: list[torch.Tensor], policy: list[torch.Tensor]) -> dict:
-    """Mean KL(policy ‖ reference), the policy's mean entropy, and the fraction of states whose argmax agrees."""
-    kl = [float((p.exp() * (p - q)).sum()) for p, q in zip(policy, reference)]
-    entropy = [float(-(p.exp() * p).sum()) for p in policy]
-    agree = [int(p.argmax()) == int(q.argmax()) for p, q in zip(policy, reference)]
-    n = max(1, len(kl))
-    return {"kl_to_pi0": round(sum(kl) / n, 4), "entropy": round(sum(entropy) / n, 4),
-            "greedy_agrees_with_pi0": round(sum(agree) / n, 4), "states": len(kl)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", type=Path, required=True, help="a finished or running loop folder")
     ap.add_argument("--every", type=int, default=5, help="iterations between the policies measured")
-    ap.add_argument("--states", type=int, default=256)
+    ap.add_argument("--states", type=int, default=DRIFT_STATES)
     ap.add_argument("--out", type=Path, help="write the table here as JSON")
     args = ap.parse_args()
     states = visited_states(args.run / "evals" / "pi0.parquet", args.states)

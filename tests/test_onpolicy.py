@@ -18,6 +18,8 @@ import yaml
 
 from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
+from agentprm.envs.alfworld.tasks import load_tasks
+from agentprm.eval.drift import policy_drift
 from agentprm.eval.paired import claimed_pairs, row_name
 from agentprm.loop.run import iteration_tasks, rollout_turns
 
@@ -81,6 +83,10 @@ def check_onpolicy_run(run: Path, num_tasks: int) -> dict:
     assert curve[0]["train_seconds"] == 0 < curve[1]["train_seconds"] < curve[2]["train_seconds"]
     by_iteration = {r["iteration"]: r for r in results["rows"]}
     assert all(c["success_rate"] == by_iteration[c["iteration"]]["success_rate"] for c in curve)
+    # how far each evaluated π_i moved from π0 on π0's eval states, beside its point: re-measured from the folders
+    assert curve[0]["kl_to_pi0"] == 0.0 and curve[0]["greedy_agrees_with_pi0"] == 1.0
+    last = policy_drift(run / "policy_0", run / "iter_3" / "policy", run / "evals" / "pi0.parquet")
+    assert curve[2]["kl_to_pi0"] == last["kl_to_pi0"] > 0
     assert {(c["a"], c["b"]) for c in results["comparisons"]} == {("pi2", "pi0"), ("pi3", "pi2"), ("pi3", "pi0")}
     report = (run / "report.md").read_text()
     assert f"| 3 | {sum(steps):,} |" in report and (run / "plots" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
@@ -137,3 +143,41 @@ def test_a_kl_penalty_is_against_the_frozen_pi0_at_every_iteration(tmp_path, gen
     assert meta["history"][0]["kl_ref"] > 0
     first = json.loads((run / "iter_1" / "policy" / "agentprm.json").read_text())["policy_gradient"]
     assert first["history"][0]["kl_ref"] == pytest.approx(0.0, abs=1e-9)   # iteration 1: π_old is π0
+
+
+def test_validation_split_is_a_seeded_draw_disjoint_from_training():
+    from agentprm.errors import UserError
+    from agentprm.loop.run import validation_split
+
+    tasks = pool(10)
+    train, held = validation_split(tasks, 3, seed=4)
+    assert len(held) == 3 and len(train) == 7 and not set(ids(held)) & set(ids(train))
+    assert set(ids(validation_split(list(reversed(tasks)), 3, seed=4)[1])) == set(ids(held))   # by id, not order
+    assert any(ids(validation_split(tasks, 3, seed=s)[1]) != ids(held) for s in (5, 6, 7))
+    with pytest.raises(UserError, match="leaves no game to train on"):
+        validation_split(tasks, 10, seed=4)
+
+
+def test_a_tuning_run_evaluates_on_held_out_train_games_it_never_trains_on(tmp_path, generated_tasks, tiny_policy):
+    """tasks.validate: every eval (π0's too) plays the held-out train games; no iteration's rollouts touch them, and
+    the eval split is never read."""
+    cfg = onpolicy_config(tmp_path, generated_tasks, tiny_policy, "grpo", iterations=2,
+                          tasks={"train_dir": str(generated_tasks.train), "per_iteration": 2, "validate": 2})
+    run = tmp_path / "run"
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    results = json.loads((run / "results.json").read_text())
+    evaluated = [set(r["per_task"]) for r in results["rows"]]
+    trained = {e.task_id for i in (1, 2) for e in iter_episodes(read_trajectories(run / f"iter_{i}" / "rollouts"))}
+    assert len(evaluated[0]) == 2 and all(e == evaluated[0] for e in evaluated)
+    assert len(trained) == 4 and not trained & evaluated[0]
+    assert evaluated[0] <= {t.task_id for t in load_tasks(generated_tasks.train)}   # train games, not eval ones
+    assert not (run / "tasks" / "eval").exists()
+    assert "held-out train games" in (run / "report.md").read_text()
+
+
+def test_a_tuning_run_refuses_the_eval_split(tmp_path, generated_tasks, tiny_policy, capsys):
+    cfg = onpolicy_config(tmp_path, generated_tasks, tiny_policy, "grpo",
+                          tasks={"train_dir": str(generated_tasks.train), "eval_dir": str(generated_tasks.eval),
+                                 "validate": 2})
+    assert main(["loop", "--config", str(cfg), "--run-dir", str(tmp_path / "run")]) == 2
+    assert "tasks.validate" in capsys.readouterr().err and not (tmp_path / "run").exists()

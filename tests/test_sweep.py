@@ -38,6 +38,10 @@ def test_shared_stages_follow_the_inputs_each_stage_reads():
                          from_dict({"policy0": {"retrain": True}})) == {"tasks_eval"}
     assert shared_stages(from_dict({"tasks": {"eval": 8}}), base) == (ALL | TARGETS) - {"tasks_eval", "eval_pi0"}
     assert shared_stages(from_dict({"seed": 1}), base) == set()
+    # a tuning run (held-out train games in place of the eval split) trains and evaluates on other games
+    assert shared_stages(from_dict({"tasks": {"validate": 4}}), base) == {"policy_0"}
+    tuning = from_dict({"tasks": {"validate": 4}})
+    assert shared_stages(from_dict({"tasks": {"validate": 4}, "algo": "grpo"}), tuning) == ALL
 
 
 def test_variants_merge_section_by_section_and_name_the_bad_field(tmp_path):
@@ -93,6 +97,11 @@ def test_sweep_script_runs_variants_search_and_paired_claims(tmp_path, generated
             ("beam-1x2", "BoN-2")} <= pairs
     assert [r["policy"] for r in done["search"]] == ["BoN-2", "beam-1x2"]
     assert json.loads((out / "grpo" / "seed0" / ".stages" / "iter_1__rollouts.done").read_text())["reused_from"]
+    # a reused eval brings its episodes along: π0's states are what every π_i's drift is measured on
+    assert json.loads((out / "grpo" / "seed0" / ".stages" / "eval_pi0.done").read_text())["reused_from"]
+    assert ((out / "grpo" / "seed0" / "evals" / "pi0.parquet").read_bytes()
+            == (out / "agentprm" / "seed0" / "evals" / "pi0.parquet").read_bytes())
+    assert "kl_to_pi0" in json.loads((out / "grpo" / "seed0" / "results.json").read_text())["curve"][-1]
     first = (out / "sweep.md").read_text()
     assert script.main(["--config", str(path), "--seeds", "0", "--out", str(out), "--resume"]) == 0
     assert (out / "sweep.md").read_text() == first

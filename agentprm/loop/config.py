@@ -44,6 +44,9 @@ class TasksConfig:
     eval_dir: str | None = None
     per_iteration: int = 0          # train tasks each iteration rolls out, drawn afresh from the train split (the
                                     # on-policy regime: small batches, many iterations); 0 = every train task
+    validate: int = 0               # a tuning run: this many train games, drawn by the seed and never trained on, are
+                                    # what every eval plays instead of the eval split (not generated, never seen), so
+                                    # settings are chosen without the eval games; 0 = off
 
 
 @dataclass
@@ -250,6 +253,15 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.eval.beam_width and cfg.eval.beam_width * cfg.eval.beam_expand < 2:   # 1x1 would be one sampled reply
         raise UserError(f"{source}: field 'eval.beam_width' × 'eval.beam_expand' must be at least 2 samples per turn "
                         f"(or beam_width 0: off), got {cfg.eval.beam_width} × {cfg.eval.beam_expand}")
+    if cfg.tasks.validate and cfg.tasks.eval_dir:
+        raise UserError(f"{where('tasks.validate')}: a tuning run evaluates on held-out train games, never on the eval "
+                        "split: remove tasks.eval_dir (or set validate 0)")
+    if cfg.tasks.validate and (cfg.policy0.demo_tasks or cfg.policy.search_tasks):   # those read the train split
+        raise UserError(f"{where('tasks.validate')}: policy0.demo_tasks and policy.search_tasks read the whole "
+                        "generated train split, the held-out games too: set them to 0 in a tuning run")
+    if cfg.tasks.validate and not cfg.tasks.train_dir and cfg.tasks.validate >= cfg.tasks.train:
+        raise UserError(f"{where('tasks.validate')} must leave train games to train on: below tasks.train "
+                        f"({cfg.tasks.train}), got {cfg.tasks.validate}")
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
     if not cfg.policy0.sft.epochs and cfg.policy0.sft.steps < 1:   # SFT counts steps unless given epochs

@@ -60,9 +60,14 @@ def plot_success(rows: list[dict], path: Path) -> None:
 
 
 def curve_table(curve: list[dict]) -> str:
-    lines = ["| iteration | env steps | training s | success % | 95% CI |", "|---|---|---|---|---|"]
+    kl = any("kl_to_pi0" in c for c in curve)
+    lines = ["| iteration | env steps | training s | success % | 95% CI |" + (" KL(π_i ‖ π0) | greedy = π0's |" if kl
+                                                                             else ""),
+             "|---|---|---|---|---|" + ("---|---|" if kl else "")]
     lines += [f"| {c['iteration']} | {c['env_steps']:,} | {c['train_seconds']:,.0f} | {100 * c['success_rate']:.1f} | "
-              f"[{100 * c['ci95'][0]:.1f}, {100 * c['ci95'][1]:.1f}] |" for c in curve]
+              f"[{100 * c['ci95'][0]:.1f}, {100 * c['ci95'][1]:.1f}] |"
+              + (f" {c['kl_to_pi0']:.3f} | {100 * c['greedy_agrees_with_pi0']:.0f}% |" if "kl_to_pi0" in c
+                 else " | |" if kl else "") for c in curve]
     return "\n".join(lines)
 
 
@@ -155,7 +160,10 @@ def write_report(run_dir: Path, results: dict, update_history: dict[int, list[di
     plot_prm_vs_success(update_history, rows, plots / "prm_score_vs_success.png")
     hacking = plot_hacking(update_history, plots / "hacking.png")
     cfg = results["config"]
+    held = cfg["tasks"].get("validate", 0)
     text = [f"# AgentPRM run ({cfg['algo']}, seed {cfg['seed']}, {cfg['iterations']} iteration(s))", "",
+            *([f"A tuning run: every eval played {held} held-out train games (tasks.validate), not the eval split.",
+               ""] if held else []),
             results_table(rows), "",
             *(["Paired differences on the same eval tasks (bootstrap over tasks, 10,000 resamples):", "",
                comparisons_table(results["comparisons"]), ""] if results.get("comparisons") else []),

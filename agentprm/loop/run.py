@@ -105,15 +105,19 @@ class Loop:
 
     # ---------------------------------------------------------------- stages
     def tasks(self) -> tuple[list, list]:
+        """(train tasks, the tasks every eval plays): the eval split, or with `tasks.validate` the held-out train games
+        (`validation_split`), the eval split then neither generated nor read."""
         c = self.cfg.tasks
-        for split, num, given in (("train", c.train, c.train_dir), ("eval", c.eval, c.eval_dir)):
+        splits = (("train", c.train, c.train_dir),) + ((("eval", c.eval, c.eval_dir),) if not c.validate else ())
+        for split, num, given in splits:
             if given is None:
                 self.stages.run(f"tasks_{split}", f"tasks/{split}", lambda out, s=split, n=num: task_generator(
                     c.env)(out, s, n, self.cfg.seed, types=c.types, progress=self.progress,
                            workers=self.cfg.rollout.workers or os.cpu_count() or 1))
         train = load_tasks(c.train_dir or self.run_dir / "tasks/train", c.types)
-        evals = load_tasks(c.eval_dir or self.run_dir / "tasks/eval", c.types)
-        return train, evals
+        if c.validate:
+            return validation_split(train, c.validate, self.cfg.seed, c.train_dir or self.run_dir / "tasks/train")
+        return train, load_tasks(c.eval_dir or self.run_dir / "tasks/eval", c.types)
 
     def policy0(self, train_tasks) -> Path:
         c = self.cfg.policy0
@@ -170,7 +174,8 @@ class Loop:
             write_episodes_file(saved, episodes)
             write_json(out, summary)
 
-        summary = json.loads(self.stages.run(f"eval_{row.stage}", f"evals/{row.stage}.json", build).read_text())
+        summary = json.loads(self.stages.run(f"eval_{row.stage}", f"evals/{row.stage}.json", build,
+                                             beside=(f"evals/{row.stage}.parquet",)).read_text())
         self.rows.append(row.record(summary))
         if tracker := active():
             tracker.log({"success_rate": summary["success_rate"], "ci95_low": summary["ci95"][0],
@@ -280,6 +285,7 @@ class Loop:
         mode, seed = self.cfg.rollout.mode, self.cfg.seed + i
         self.evaluate(EvalRow(f"pi{i}", i), lambda: self.load_agent(policy_dir, mode=mode, seed=seed, name=f"pi{i}"),
                       eval_tasks)
+        self.drift(i, policy_dir)
         if prm_dir is None:
             return
 
@@ -303,6 +309,16 @@ class Loop:
             if w:
                 self.evaluate(EvalRow(f"pi{i}", i, w * e, f"beam{w}x{e}{suffix}"), sampler, eval_tasks, critic=critic,
                               beam=(w, e))
+
+    def drift(self, i: int, policy_dir: Path) -> None:
+        """KL(π_i ‖ π0), π_i's entropy and greedy agreement on the states of π0's greedy eval episodes (eval/drift.py),
+        as the stage evals/drift_pi<i>.json: the learning curve's `kl_to_pi0`, beside each evaluated π_i."""
+        from agentprm.eval.drift import policy_drift
+
+        episodes = self.run_dir / "evals" / "pi0.parquet"
+        if episodes.is_file():   # (absent where π0's eval was reused from a run that did not copy its episodes)
+            self.stages.run(f"drift_pi{i}", f"evals/drift_pi{i}.json", lambda out: write_json(
+                out, policy_drift(self.run_dir / "policy_0", policy_dir, episodes)))
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:
@@ -361,6 +377,18 @@ def iteration_tasks(pool: list, per_iteration: int, seed: int, i: int) -> list:
     return order[k * per_iteration:(k + 1) * per_iteration]
 
 
+def validation_split(train: list, num: int, seed: int, source: Path | str = "tasks.train_dir") -> tuple[list, list]:
+    """(the train tasks left to train on, `num` held out for validation): a seeded draw by task id, so a tuning run's
+    evals play train-distribution games that no iteration trains on — hyperparameters are chosen on these, never on
+    the eval split."""
+    if num >= len(train):
+        raise UserError(f"{source}: tasks.validate {num} leaves no game to train on ({len(train)} train games)")
+    order = sorted(train, key=lambda t: t.task_id)
+    random.Random(f"validate-{seed}").shuffle(order)
+    held = {t.task_id for t in order[:num]}
+    return [t for t in train if t.task_id not in held], [t for t in train if t.task_id in held]
+
+
 def rollout_turns(folder: Path) -> int:
     """Env steps a rollout stage played: the turns (rows) of its Parquet shards, from their footers."""
     return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(Path(folder).glob("*.parquet")))
@@ -369,7 +397,8 @@ def rollout_turns(folder: Path) -> int:
 def learning_curve(run_dir: Path, rows: list[dict], timings: dict[str, float]) -> list[dict]:
     """Greedy success of every evaluated π_i against what training had spent by then: `env_steps`, the turns its
     iterations' rollouts played (iterations 1..i; branch and continuation plays, and the expert's demos, are not
-    counted), and `train_seconds`, the seconds of those iterations' own stages (evals excluded)."""
+    counted), and `train_seconds`, the seconds of those iterations' own stages (evals excluded); with how far π_i
+    had moved from π0 (`kl_to_pi0`, `greedy_agrees_with_pi0`: evals/drift_pi<i>.json) where measured."""
     greedy = [r for r in rows if r["best_of_n"] == 1 and not r.get("search")]
     last = max((r["iteration"] for r in greedy), default=0)
     turns, own = [0] * (last + 1), [0.0] * (last + 1)   # iteration j's own turns and stage seconds
@@ -380,6 +409,12 @@ def learning_curve(run_dir: Path, rows: list[dict], timings: dict[str, float]) -
         if 1 <= j <= last:
             own[j] += s
     steps, seconds = list(accumulate(turns)), list(accumulate(own))   # spent by the end of iteration j
+    drift = {j: json.loads(p.read_text()) for j in range(1, last + 1)
+             if (p := run_dir / "evals" / f"drift_pi{j}.json").is_file()}
+    if drift:
+        drift[0] = {"kl_to_pi0": 0.0, "greedy_agrees_with_pi0": 1.0}
     return [{"iteration": r["iteration"], "env_steps": steps[r["iteration"]],
              "train_seconds": round(seconds[r["iteration"]], 1), "success_rate": r["success_rate"],
-             "ci95": r["ci95"], "episodes": r["episodes"]} for r in greedy]
+             "ci95": r["ci95"], "episodes": r["episodes"],
+             **{k: drift[r["iteration"]][k] for k in ("kl_to_pi0", "greedy_agrees_with_pi0") if r["iteration"] in drift}}
+            for r in greedy]

@@ -53,10 +53,12 @@ class StageRunner:
     def done(self, name: str) -> bool:
         return self.marker(name).exists()
 
-    def run(self, name: str, output: str, build: Callable[[Path], None], keep_partial: bool = False) -> Path:
+    def run(self, name: str, output: str, build: Callable[[Path], None], keep_partial: bool = False,
+            beside: tuple[str, ...] = ()) -> Path:
         """Run `build(tmp_path)` unless `name` completed earlier; returns the final output path. With `keep_partial`
         (a stage whose output is a folder of shards it can continue), the folder an interrupted attempt of this
-        stage left is handed to `build` again instead of deleted."""
+        stage left is handed to `build` again instead of deleted. `beside`: files the build writes next to its output
+        (an eval's episodes), copied with it where the stage is reused from another run."""
         final = self.run_dir / output
         if self.done(name):
             self.timings[name] = stage_record(self.marker(name))["seconds"]
@@ -92,6 +94,9 @@ class StageRunner:
             other = source.parent.parent
             copy = shutil.copytree if (other / output).is_dir() else shutil.copy2
             copy(other / output, partial)
+            for name_beside in beside:
+                if (other / name_beside).is_file():
+                    shutil.copy2(other / name_beside, self.run_dir / name_beside)
             extra = {"reused_from": str(other)}
         partial.rename(final)
         self.timings[name] = round(carried + time.monotonic() - start, 2)

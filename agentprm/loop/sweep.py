@@ -30,7 +30,8 @@ def shared_stages(cfg: LoopConfig, first: LoopConfig) -> set[str]:
     same = lambda *sections: all(getattr(cfg, s) == getattr(first, s) for s in sections)  # noqa: E731
     if cfg.seed != first.seed:
         return set()
-    split = lambda c, name: (getattr(c.tasks, name), getattr(c.tasks, f"{name}_dir"), c.tasks.types)  # noqa: E731
+    split = lambda c, name: (getattr(c.tasks, name), getattr(c.tasks, f"{name}_dir"), c.tasks.types,  # noqa: E731
+                             c.tasks.validate)   # held-out train games: both what trains and what evals play
     train, evals = (split(cfg, n) == split(first, n) for n in ("train", "eval"))
     names = {"tasks_train", "demos"} if train else set()
     if evals:
