@@ -194,6 +194,12 @@ def test_output_paths_that_cannot_work_are_refused_before_work(generated_tasks, 
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and a_file.read_text() == "keep"
 
 
+def as_gpt2(cfg: dict) -> dict:
+    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": cfg["hidden_size"],
+            "n_layer": cfg["num_hidden_layers"], "n_head": cfg["num_attention_heads"], "vocab_size": cfg["vocab_size"],
+            "n_positions": 512}
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda d: (d / "config.json").write_text("{bad"), "config.json: not valid JSON"),
     (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000]),
@@ -201,6 +207,9 @@ def test_output_paths_that_cannot_work_are_refused_before_work(generated_tasks, 
     (lambda d: ((d / "model.safetensors").unlink(), (d / "pytorch_model.bin").write_bytes(b"x")),
      "pytorch_model.bin is a pickle"),
     (lambda d: (d / "tokenizer.json").write_text("{not json"), "cannot load the tokenizer"),
+    # a config.json naming another architecture of the same sizes loaded with every weight freshly random
+    (lambda d: (d / "config.json").write_text(json.dumps(as_gpt2(json.loads((d / "config.json").read_text())))),
+     "weights do not fit config.json"),
 ])
 def test_a_broken_model_folder_is_a_one_line_error(policy_dir, generated_tasks, tmp_path, capsys, damage, message):
     """a bad config.json, truncated weights or a pickled checkpoint were tracebacks (the pickle is never

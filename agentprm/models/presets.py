@@ -132,10 +132,17 @@ def load_weights(auto_class, path: Path, **kwargs: Any) -> PreTrainedModel:
         raise UserError(f"{path}: no .safetensors weights" + (f" ({pickled[0]} is a pickle: agentprm does not unpickle "
                         "model files; convert it to safetensors)" if pickled else ""))
     try:
-        model = auto_class.from_pretrained(path, local_files_only=True, use_safetensors=True, **kwargs)
+        model, info = auto_class.from_pretrained(path, local_files_only=True, use_safetensors=True,
+                                                 output_loading_info=True, **kwargs)
     except Exception as e:   # transformers raises OSError/ValueError/RuntimeError, safetensors its own kind
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(f"{path}: cannot load the model ({type(e).__name__}: {first[:300]})") from None
+    # a head a task class adds (a PRM's score layer) may be new; the body must come from the weights — a config.json
+    # naming another architecture of the same sizes would otherwise load as a randomly initialised model
+    body = [k for k in info["missing_keys"] if k.startswith(f"{model.base_model_prefix}.")]
+    if body:
+        raise UserError(f"{path}: the weights do not fit config.json (model_type {model.config.model_type!r}): "
+                        f"{len(body)} of its body's tensors are not in the safetensors files, e.g. {sorted(body)[0]}")
     name_base(model, path)
     return model
 
