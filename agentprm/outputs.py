@@ -3,9 +3,10 @@
 The rule (docs/trust-and-failures.md): agentprm replaces or deletes only what it recorded writing.
 
 - A folder agentprm creates holds `.agentprm-owned.json`: its kind, a random id, and — for a folder written whole
-  (a model, a task folder) — the manifest of every file it wrote with its size and modification time. Such a folder
-  may be replaced only while its contents still match that manifest: a file someone added, or changed since, makes it
-  the user's, and the replace is refused naming that file. A folder that grows (a run, rollout shards) records no
+  (a model, a task folder) — the manifest of every file it wrote with its size and modification time, signed with a
+  key only agentprm holds (`owner_key`, outside any output), so that a marker anyone writes to match a user's files
+  proves nothing. Such a folder may be replaced only while its signature holds and its contents still match that
+  manifest: a file someone added, or changed since, makes it the user's, and the replace is refused naming that file. A folder that grows (a run, rollout shards) records no
   manifest: agentprm continues it, never deletes in it what it did not record (loop/stages.py keeps the records).
 - An existing folder without the marker is not agentprm's: an output there is refused, whatever its file names are
   (a copied `agentprm.json` proves nothing).
@@ -19,8 +20,11 @@ work (`prepared`).
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import shutil
 import socket
 import stat
@@ -50,12 +54,49 @@ def _files(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
                 yield rel, path.lstat()
 
 
+_KEYS: dict[Path, bytes] = {}
+
+
+def owner_key() -> bytes:
+    """This user's secret that signs the manifests of agentprm's folders: <$XDG_STATE_HOME, else ~/.local/state>/
+    agentprm/owner.key (0600), made once, atomically. Where it cannot be written (a read-only home), a key for this
+    process alone: its folders are then replaceable by this process only — the safe side."""
+    path = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "agentprm" / "owner.key"
+    if path not in _KEYS:
+        try:
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".owner.key.{uuid.uuid4().hex}.tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_hex(32))
+                try:
+                    os.link(tmp, path)   # the first writer wins; every process then reads the same key
+                except FileExistsError:
+                    pass
+                finally:
+                    tmp.unlink()
+            key = path.read_text().strip().encode()
+        except OSError:
+            key = b""
+        _KEYS[path] = key if len(key) >= 32 else secrets.token_hex(32).encode()
+    return _KEYS[path]
+
+
+def _signature(record: dict) -> str:
+    body = json.dumps({k: record.get(k) for k in ("kind", "id", "files")}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(owner_key(), body.encode(), hashlib.sha256).hexdigest()
+
+
 def mark_owned(folder: str | Path, kind: str) -> None:
-    """Record `folder` as agentprm's: for a folder written whole, with the manifest of what is in it now."""
+    """Record `folder` as agentprm's: for a folder written whole, with the signed manifest of what is in it now."""
     folder = Path(folder)
     files = {rel: [st.st_size, st.st_mtime_ns] for rel, st in _files(folder)} if kind in WHOLE else None
-    write_json(folder / OWNER_FILE, {"owner": "agentprm", "kind": kind, "id": uuid.uuid4().hex,
-                                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files})
+    record = {"owner": "agentprm", "kind": kind, "id": uuid.uuid4().hex,
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files}
+    if kind in WHOLE:
+        record["signature"] = _signature(record)
+    write_json(folder / OWNER_FILE, record)
 
 
 def owner_record(folder: str | Path) -> dict | None:
@@ -71,8 +112,10 @@ def owner_record(folder: str | Path) -> dict | None:
         return None
     files = record.get("files")
     if record["kind"] in WHOLE and not (isinstance(files, dict) and all(
-            isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v) for v in files.values())):
-        return None
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v) for v in files.values())
+            and isinstance(record.get("signature"), str)
+            and hmac.compare_digest(record["signature"], _signature(record))):
+        return None   # a manifest without agentprm's signature (forged, or another user's) proves nothing
     return record
 
 
@@ -114,8 +157,9 @@ def check_replaceable(path: str | os.PathLike, flag: str = "") -> None:
         return
     record = owner_record(path)
     if record is None or record["kind"] not in WHOLE:
-        raise UserError(f"{flag}{path}: a non-empty folder agentprm did not write (no {OWNER_FILE} manifest); "
-                        "refusing to replace it (choose another output path, or empty it yourself)")
+        raise UserError(f"{flag}{path}: a non-empty folder agentprm did not write (no {OWNER_FILE} manifest signed "
+                        "by this user's agentprm); refusing to replace it (choose another output path, or empty it "
+                        "yourself)")
     foreign = foreign_file(path, record)
     if foreign:
         raise UserError(f"{flag}{path}: holds {foreign}; refusing to replace the folder (choose another output "

@@ -86,6 +86,33 @@ def test_a_model_folder_is_replaced_only_while_it_matches_its_manifest(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]   # no temp folder left by a refused replace
 
 
+def test_a_forged_ownership_marker_does_not_make_a_users_folder_agentprms(tmp_path, monkeypatch):
+    """A marker anyone can write — the user's own files, their sizes and mtimes, in agentprm's format — let `sft --out
+    mine` delete them. Ownership rests on a key only agentprm holds (outside the folder), not on data to match."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    st = (mine / "thesis.tex").stat()
+    forged = {"owner": "agentprm", "kind": "model", "id": "0" * 32, "created": "2026-01-01T00:00:00+0000",
+              "files": {"thesis.tex": [st.st_size, st.st_mtime_ns]}}
+    (mine / OWNER_FILE).write_text(json.dumps(forged))
+    with pytest.raises(UserError, match="did not write"):
+        check_replaceable(mine)
+    assert main(["sft", "--demos", "d.parquet", "--out", str(mine)]) == 2
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    # a marker agentprm wrote, copied over another folder's files, proves nothing there either
+    theirs = tmp_path / "model"
+    with atomic_dir(theirs) as tmp:
+        (tmp / "thesis.tex").write_text("x" * st.st_size)
+    record = json.loads((theirs / OWNER_FILE).read_text())
+    record["files"]["thesis.tex"][1] = st.st_mtime_ns   # the user's mtime in agentprm's signed record
+    (mine / OWNER_FILE).write_text(json.dumps(record))
+    with pytest.raises(UserError, match="did not write"):
+        check_replaceable(mine)
+    check_replaceable(theirs)   # agentprm's own folder, untouched: still its to replace
+
+
 def test_a_model_folder_changed_during_the_block_is_kept(tmp_path):
     """The replace is checked again after the (hours-long) block: a file added meanwhile keeps the folder."""
     out = tmp_path / "model"
