@@ -153,6 +153,28 @@ def test_trajectory_values_out_of_range_are_refused(tmp_path, column, value, mes
         read_trajectories(bad)
 
 
+@pytest.mark.parametrize("column", ["observation", "admissible"])
+def test_a_text_too_long_to_be_a_turn_is_refused_before_work(tmp_path, column, capsys):
+    """A 1 MB observation in a demos file kept `sft` busy past 240 s: any text of a trajectory (and of every table
+    agentprm reads) is at most MAX_TEXT characters, refused with one short line naming file, column and row."""
+    from agentprm.cli import main
+    from agentprm.data.tables import MAX_TEXT
+
+    rows = episode("a", 3).rows()
+    big = "x " * 500_000
+    rows[1][column] = (big, "look") if column == "admissible" else big
+    bad = tmp_path / "big.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), bad)
+    with pytest.raises(UserError, match=rf"big.parquet: column '{column}' holds .* at row 1; .*at most {MAX_TEXT:,}"):
+        read_trajectories(bad)
+    assert main(["sft", "--demos", str(bad), "--out", str(tmp_path / "pol"), "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and len(err) < 500 and not (tmp_path / "pol").exists()
+    rows[1][column] = (("x" * MAX_TEXT), "look") if column == "admissible" else "x" * MAX_TEXT   # the limit itself
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), bad)
+    assert read_trajectories(bad).num_rows == 3
+
+
 def test_q_targets_out_of_range_are_refused(tmp_path):
     from agentprm.data.tables import TARGETS_SCHEMA, read_targets
 

@@ -122,6 +122,9 @@ VALUE_RANGES = {   # column -> (low, high or None), both included: ALFWorld's re
 ENUMS = {"origin": ("", "reset", "branch")}   # column -> its values (data/trajectories.py documents them)
 
 
+MAX_TEXT = 2**16   # characters of any one text of a table (an observation, a command, a task): a turn, not a book
+
+
 def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
     """Every column of `schema` holds a value in every row (a null action or episode id crashed the readers or was
     learned as text), every floating-point column holds finite numbers (a NaN reward or Q̂ would train a model into
@@ -130,7 +133,7 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
     def refuse(name: str, bad, why: str) -> None:
         if pc.any(bad).as_py():   # (None for an empty table: nothing to refuse)
             row = pc.index(bad, True).as_py()
-            raise UserError(f"{path}: column '{name}' holds {table[name][row].as_py()!r} at row {row}; {why}")
+            raise UserError(f"{path}: column '{name}' holds {repr(table[name][row].as_py())[:80]} at row {row}; {why}")
 
     for field in schema:
         if field.name not in table.column_names:
@@ -147,16 +150,22 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
         if field.name in ENUMS:
             refuse(field.name, pc.invert(pc.is_in(column, value_set=pa.array(ENUMS[field.name]))).fill_null(False),
                    f"values must be one of {', '.join(map(repr, ENUMS[field.name]))}")
-        if pa.types.is_list(field.type) and len(column):   # a list's items: none missing, numbers finite
+        too_long = f"a text may be at most {MAX_TEXT:,} characters (a longer one would stall the tokenizer and the " \
+                   "model for minutes)"
+        if pa.types.is_string(field.type):
+            refuse(field.name, pc.greater(pc.utf8_length(column), MAX_TEXT).fill_null(False), too_long)
+        if pa.types.is_list(field.type) and len(column):   # a list's items: none missing, numbers finite, texts short
             lists = column.combine_chunks()
             items, rows = pc.list_flatten(lists), pc.list_parent_indices(lists)
-            bad = items.is_null()
+            bad, why = items.is_null(), "no item of a list may be missing (null) or a non-finite number"
             if pa.types.is_floating(field.type.value_type):
                 bad = pc.or_(bad, pc.invert(pc.is_finite(items)).fill_null(True))
+            if pa.types.is_string(field.type.value_type) and not pc.any(bad).as_py():
+                bad, why = pc.greater(pc.utf8_length(items), MAX_TEXT).fill_null(False), too_long
             if pc.any(bad).as_py():
                 row = rows[pc.index(bad, True).as_py()].as_py()
-                raise UserError(f"{path}: column '{field.name}' holds {repr(table[field.name][row].as_py())[:80]} at row {row}; "
-                                "no item of a list may be missing (null) or a non-finite number")
+                raise UserError(f"{path}: column '{field.name}' holds {repr(table[field.name][row].as_py())[:80]} at "
+                                f"row {row}; {why}")
 
 
 def conform(table: pa.Table, schema: pa.Schema, path: Path, what: str) -> pa.Table:

@@ -24,12 +24,11 @@ from typing import Any
 
 from agentprm.agent.critic import Critic
 from agentprm.agent.replay import episode_states
+from agentprm.data.tables import MAX_TEXT   # characters of any one text field: its cost bounded before work
 from agentprm.data.trajectories import EpisodeRecord, StepRecord
 from agentprm.errors import UserError
 
 MAX_BODY = 64 * 2**20   # bytes: a request larger than this is refused (413) before it is read
-MAX_TEXT = 2**16        # characters of any one text field (observation, action, task, command): the work a state
-                        # costs is bounded before any of it is done
 BATCH = 64              # (state, action) pairs per forward pass
 
 
