@@ -148,14 +148,16 @@ def fake_results(seed: int, lift: float, draw: int, tasks: int = 30) -> dict:
         wins = sum(w for w, _ in per_task.values())
         rows.append({"policy": policy, "iteration": iteration, "best_of_n": 1, "search": "",
                      "success_rate": wins / tasks, "episodes": tasks, "per_task": per_task})
-    return {"rows": rows, "curve": [{"iteration": 0, "env_steps": 0}, {"iteration": 2, "env_steps": 1234 + seed}],
+    return {"rows": rows, "curve": [{"iteration": 0, "env_steps": 0, "kl_to_pi0": 0.0},
+                                    {"iteration": 2, "env_steps": 1234 + seed, "kl_to_pi0": 0.1 * (seed + 1)}],
             "config": {"seed": seed}, "provenance": {}}
 
 
 def test_outcome_files_round_trip_to_the_same_pooled_rows_and_paired_claims(tmp_path):
     """write_outcomes then read_sweep_outcomes give the rows, env steps and hierarchical paired differences of the
     in-memory summary; a seed one variant lacks is left out of every variant."""
-    from agentprm.loop.sweep import read_sweep_outcomes, sweep_comparisons, with_env_steps, write_outcomes
+    from agentprm.loop.sweep import (read_sweep_outcomes, sweep_comparisons, sweep_markdown, with_env_steps,
+                                     write_outcomes)
     from agentprm.data.summary import pooled_rows
 
     results = {("a", s): fake_results(s, 0.2, s) for s in (0, 1, 2)} | {("b", s): fake_results(s, 0.0, 10 + s)
@@ -167,8 +169,12 @@ def test_outcome_files_round_trip_to_the_same_pooled_rows_and_paired_claims(tmp_
     for name in ("a", "b"):
         per_seed = {s: with_env_steps(results[(name, s)]) for s in seeds}
         assert summary[name]["rows"] == pooled_rows(per_seed)
-        assert [[(r["env_steps"], r["per_task"]) for r in summary[name]["per_seed"][s]] for s in seeds] == \
-            [[(r["env_steps"], r["per_task"]) for r in per_seed[s]] for s in seeds]
+        assert [[(r["env_steps"], r["kl_to_pi0"], r["per_task"]) for r in summary[name]["per_seed"][s]]
+                for s in seeds] == [[(r["env_steps"], r["kl_to_pi0"], r["per_task"]) for r in per_seed[s]] for s in seeds]
+    assert [r["kl_to_pi0"] for r in summary["a"]["per_seed"][1]] == [0.0, 0.2]
+    table = sweep_markdown("s.yaml", seeds, summary)
+    assert "| KL(π ‖ π0) |" in table and "| greedy | 0 | 0.000 |" in table
+    assert "| pi2 | greedy | 1,234 | 0.150 |" in table   # pi2 over seeds 0 and 1: mean steps and KL (0.1, 0.2)
     want = sweep_comparisons({n: {"per_seed": {s: with_env_steps(results[(n, s)]) for s in seeds}} for n in "ab"}, "b")
     got = sweep_comparisons(summary, "b")
     assert got == want and {(c["a"], c["b"]) for c in got} >= {("a: pi2", "a: pi0"), ("a: pi2", "b: pi2")}

@@ -99,23 +99,28 @@ def outcome_path(folder: Path, variant: str, seed: int) -> Path:
 
 
 def with_env_steps(results: dict) -> list[dict]:
-    """A run's rows, each with the train env steps its policy's run had taken (results.json `curve`; 0 for π0)."""
-    steps = {p["iteration"]: p["env_steps"] for p in results.get("curve", [])}
-    return [{**r, "env_steps": steps.get(r["iteration"], 0 if r["iteration"] == 0 else None)} for r in results["rows"]]
+    """A run's rows, each with the train env steps its policy's run had taken (results.json `curve`; 0 for π0) and,
+    where the run measured it, how far that policy had moved from π0 (`kl_to_pi0`, eval/drift.py)."""
+    curve = {p["iteration"]: p for p in results.get("curve", [])}
+    return [{**r, "env_steps": curve.get(r["iteration"], {}).get("env_steps", 0 if r["iteration"] == 0 else None),
+             **({"kl_to_pi0": curve[r["iteration"]]["kl_to_pi0"]} if "kl_to_pi0" in curve.get(r["iteration"], {})
+                else {})} for r in results["rows"]]
 
 
 def write_outcomes(path: Path, results: dict, variant: str, seed: int) -> Path:
     """A finished run's eval outcomes per (row, game) as Parquet (data/tables.py OUTCOMES_SCHEMA): the small file a
     study commits so that its tables and CIs can be recomputed (`read_sweep_outcomes`) without the run folders."""
     cols: dict[str, list] = {name: [] for name in OUTCOMES_SCHEMA.names}
-    for r in with_env_steps(results):
+    rows = with_env_steps(results)
+    for r in rows:
         for task, (wins, n) in sorted(r.get("per_task", {}).items()):
             for name, value in (("policy", r["policy"]), ("iteration", r["iteration"]), ("best_of_n", r["best_of_n"]),
                                 ("search", r.get("search", "")), ("env_steps", r["env_steps"] or 0),
                                 ("task_id", task), ("wins", wins), ("episodes", n)):
                 cols[name].append(value)
     info = {"kind": "eval-outcomes", "variant": variant, "seed": seed, "config": results["config"],
-            "provenance": results.get("provenance")}
+            "provenance": results.get("provenance"),   # KL(π_i ‖ π0) per iteration: a policy's, not a game's
+            "kl_to_pi0": {str(r["iteration"]): r["kl_to_pi0"] for r in rows if "kl_to_pi0" in r}}
     return write_with_info(path, pa.table(cols, schema=OUTCOMES_SCHEMA), info)
 
 
@@ -138,7 +143,10 @@ def read_sweep_outcomes(folder: Path) -> tuple[dict[str, dict], list[int]]:
                                         "best_of_n": rec["best_of_n"], "search": rec["search"],
                                         "env_steps": rec["env_steps"], "per_task": {}})
             row["per_task"][rec["task_id"]] = [rec["wins"], rec["episodes"]]
+        drift = file.info.get("kl_to_pi0") if isinstance(file.info.get("kl_to_pi0"), dict) else {}
         for row in rows.values():
+            if isinstance(drift.get(str(row["iteration"])), (int, float)):
+                row["kl_to_pi0"] = drift[str(row["iteration"])]
             wins = sum(w for w, _ in row["per_task"].values())
             row["episodes"] = sum(n for _, n in row["per_task"].values())
             row["success_rate"] = wins / row["episodes"]
@@ -283,13 +291,14 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
     paper = set(paper)
     lines = [f"`{source}`, seeds {seeds}; eval success pooled over seeds (Wilson 95% CI); wall s = the runs' stage "
              "seconds summed over seeds; own s = without the stages copied from another variant.", "",
-             "| variant | policy | acts by | env steps | success % | 95% CI | episodes | per seed % |"
+             "| variant | policy | acts by | env steps | KL(π ‖ π0) | success % | 95% CI | episodes | per seed % |"
              + (" paper % |" if paper else "") + " wall s | own s |",
-             "|---|---|---|---|---|---|---|---|" + ("---|" if paper else "") + "---|---|"]
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if paper else "") + "---|---|"]
     for name, done in summary.items():
         for r in done["rows"]:
             cell = PAPER.get((r["policy"], r["best_of_n"]), "") if name in paper and not r.get("search") else ""
-            lines.append(f"| {name or '—'} | {r['policy']} | {search_cell(r)} | {_env_steps(done, r)} | {rate_cells(r)} "
+            lines.append(f"| {name or '—'} | {r['policy']} | {search_cell(r)} | {_seed_mean(done, r, 'env_steps', ',.0f')} | "
+                         f"{_seed_mean(done, r, 'kl_to_pi0', '.3f')} | {rate_cells(r)} "
                          f"| {per_seed_cell(r)} |" + (f" {cell} |" if paper else "")
                          + f" {done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |")
     if search:
@@ -303,11 +312,12 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
     return "\n".join(lines) + "\n"
 
 
-def _env_steps(done: dict, r: dict) -> str:
-    """The train env steps behind a pooled row's policy, averaged over seeds ("" where the runs did not record it)."""
-    steps = [x.get("env_steps") for rows in done.get("per_seed", {}).values() for x in rows if row_key(x) == row_key(r)]
-    steps = [x for x in steps if x is not None]
-    return f"{sum(steps) / len(steps):,.0f}" if steps else ""
+def _seed_mean(done: dict, r: dict, key: str, spec: str) -> str:
+    """A pooled row's policy's `key` (its train env steps, its KL to π0) averaged over seeds ("" where the runs did
+    not record it)."""
+    values = [x.get(key) for rows in done.get("per_seed", {}).values() for x in rows if row_key(x) == row_key(r)]
+    values = [x for x in values if x is not None]
+    return format(sum(values) / len(values), spec) if values else ""
 
 
 def _merged(base: dict, over: dict) -> dict:
