@@ -21,7 +21,7 @@ def test_pooled_rows_pool_episodes_and_keep_seeds():
     assert pi0["ci95"][0] < 15 / 40 < pi0["ci95"][1] and pi0["per_seed"] == {0: 0.25, 1: 0.5}
     assert rows[("pi1", 4)]["success_rate"] == pytest.approx(25 / 40)
     md = _markdown(list(rows.values()))
-    assert "| — | pi0 | greedy |  | 37.5 |" in md and "| 25, 50 | 64.9 |" in md   # (no env steps recorded)
+    assert "| — | pi0 | greedy |  |  | 37.5 |" in md and "| 25, 50 | 64.9 |" in md   # (no env steps, no KL recorded)
     assert "91.0" not in md   # the paper's only Best-of-N number is Best-of-16 on π3, not a π1 row
     md3 = _markdown([{**rows[("pi1", 4)], "policy": "pi3", "best_of_n": 16}])
     assert md3.rstrip().endswith("| 91.0 | 0 | 0 |")
@@ -42,5 +42,5 @@ def test_paper_numbers_only_beside_agentprm_variants():
            "per_seed": {0: 0.5}}
     done = {"rows": [row], "wall_seconds": 0.0, "own_seconds": 0.0}
     md = sweep_markdown("s.yaml", [0], {"agentprm": done, "grpo": done}, paper=["agentprm"])
-    assert "| agentprm | pi0 | greedy |  | 50.0 | [20.0, 80.0] | 4 | 50 | 64.9 |" in md
-    assert "| grpo | pi0 | greedy |  | 50.0 | [20.0, 80.0] | 4 | 50 |  |" in md
+    assert "| agentprm | pi0 | greedy |  |  | 50.0 | [20.0, 80.0] | 4 | 50 | 64.9 |" in md
+    assert "| grpo | pi0 | greedy |  |  | 50.0 | [20.0, 80.0] | 4 | 50 |  |" in md
