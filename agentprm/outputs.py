@@ -6,8 +6,9 @@ The rule (docs/trust-and-failures.md): agentprm replaces or deletes only what it
   (a model, a task folder) — the manifest of every file it wrote with its size and modification time, signed with a
   key only agentprm holds (`owner_key`, outside any output), so that a marker anyone writes to match a user's files
   proves nothing. Such a folder may be replaced only while its signature holds and its contents still match that
-  manifest: a file someone added, or changed since, makes it the user's, and the replace is refused naming that file. A folder that grows (a run, rollout shards) records no
-  manifest: agentprm continues it, never deletes in it what it did not record (loop/stages.py keeps the records).
+  manifest: a file someone added, or changed since, makes it the user's, and the replace is refused naming that file.
+  A folder that grows (a run, rollout shards) records no manifest: agentprm continues it, never deletes in it what it
+  did not record (loop/stages.py keeps the records).
 - An existing folder without the marker is not agentprm's: an output there is refused, whatever its file names are
   (a copied `agentprm.json` proves nothing).
 - An output file must be a regular file or absent; one that exists and that agentprm did not write (a Parquet file

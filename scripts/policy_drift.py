@@ -13,8 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from agentprm.agent.lm import LMAgent
-from agentprm.eval.drift import DRIFT_STATES, command_log_probs, drift, visited_states
+from agentprm.eval.drift import DRIFT_STATES, DriftReference
 from agentprm.io import write_json
 
 
@@ -25,16 +24,15 @@ def main() -> None:
     ap.add_argument("--states", type=int, default=DRIFT_STATES)
     ap.add_argument("--out", type=Path, help="write the table here as JSON")
     args = ap.parse_args()
-    states = visited_states(args.run / "evals" / "pi0.parquet", args.states)
-    reference = command_log_probs(LMAgent.load(args.run / "policy_0"), states)
+    reference = DriftReference.of(args.run / "policy_0", args.run / "evals" / "pi0.parquet", args.states)
     iterations = sorted(int(p.parent.parent.name.removeprefix("iter_")) for p in args.run.glob("iter_*/policy/agentprm.json"))
     rows = []
     for i in [0] + [i for i in iterations if i % args.every == 0]:
         folder = args.run / "policy_0" if i == 0 else args.run / f"iter_{i}" / "policy"
-        rows.append({"iteration": i, **drift(reference, command_log_probs(LMAgent.load(folder), states))})
+        rows.append({"iteration": i, **reference.measure(folder)})
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
-        write_json(args.out, {"run": str(args.run), "states": len(states), "rows": rows})
+        write_json(args.out, {"run": str(args.run), "states": len(reference.states), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from agentprm.agent.lm import LMAgent
 from agentprm.agent.policies import ExpertAgent
 from agentprm.data.trajectories import write_episodes_file
 from agentprm.envs.alfworld.tasks import load_tasks
-from agentprm.eval.drift import command_log_probs, drift, policy_drift, visited_states
+from agentprm.eval.drift import DriftReference, command_log_probs, drift, visited_states
 from agentprm.rollout.engine import episode_jobs, run_episodes
 
 
@@ -39,7 +39,8 @@ def test_kl_is_zero_for_pi0_itself_and_positive_for_another_policy(episodes, tin
 
 def test_policy_drift_of_two_folders_is_the_drift_of_their_log_probs(episodes, tiny_policy):
     bundled = "agentprm/assets/policy"
-    assert policy_drift(bundled, bundled, episodes, 24)["kl_to_pi0"] == 0.0
+    reference = DriftReference.of(bundled, episodes, 24)
+    assert reference.measure(bundled)["kl_to_pi0"] == 0.0
     states = visited_states(episodes, 24)
     want = drift(command_log_probs(LMAgent.load(bundled), states), command_log_probs(LMAgent.load(tiny_policy), states))
-    assert policy_drift(bundled, tiny_policy, episodes, 24) == want
+    assert reference.measure(tiny_policy) == want

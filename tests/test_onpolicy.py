@@ -19,7 +19,7 @@ import yaml
 from agentprm.cli import main
 from agentprm.data.trajectories import iter_episodes, read_trajectories
 from agentprm.envs.alfworld.tasks import load_tasks
-from agentprm.eval.drift import policy_drift
+from agentprm.eval.drift import DriftReference
 from agentprm.eval.paired import claimed_pairs, row_name
 from agentprm.loop.run import iteration_tasks, rollout_turns
 
@@ -85,7 +85,7 @@ def check_onpolicy_run(run: Path, num_tasks: int) -> dict:
     assert all(c["success_rate"] == by_iteration[c["iteration"]]["success_rate"] for c in curve)
     # how far each evaluated π_i moved from π0 on π0's eval states, beside its point: re-measured from the folders
     assert curve[0]["kl_to_pi0"] == 0.0 and curve[0]["greedy_agrees_with_pi0"] == 1.0
-    last = policy_drift(run / "policy_0", run / "iter_3" / "policy", run / "evals" / "pi0.parquet")
+    last = DriftReference.of(run / "policy_0", run / "evals" / "pi0.parquet").measure(run / "iter_3" / "policy")
     assert curve[2]["kl_to_pi0"] == last["kl_to_pi0"] > 0
     assert {(c["a"], c["b"]) for c in results["comparisons"]} == {("pi2", "pi0"), ("pi3", "pi2"), ("pi3", "pi0")}
     report = (run / "report.md").read_text()

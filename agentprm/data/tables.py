@@ -135,6 +135,8 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
             row = pc.index(bad, True).as_py()
             raise UserError(f"{path}: column '{name}' holds {repr(table[name][row].as_py())[:80]} at row {row}; {why}")
 
+    too_long = f"a text may be at most {MAX_TEXT:,} characters (a longer one would stall the tokenizer and the model " \
+               "for minutes)"
     for field in schema:
         if field.name not in table.column_names:
             continue
@@ -150,8 +152,6 @@ def check_values(table: pa.Table, schema: pa.Schema, path: Path) -> None:
         if field.name in ENUMS:
             refuse(field.name, pc.invert(pc.is_in(column, value_set=pa.array(ENUMS[field.name]))).fill_null(False),
                    f"values must be one of {', '.join(map(repr, ENUMS[field.name]))}")
-        too_long = f"a text may be at most {MAX_TEXT:,} characters (a longer one would stall the tokenizer and the " \
-                   "model for minutes)"
         if pa.types.is_string(field.type):
             refuse(field.name, pc.greater(pc.utf8_length(column), MAX_TEXT).fill_null(False), too_long)
         if pa.types.is_list(field.type) and len(column):   # a list's items: none missing, numbers finite, texts short

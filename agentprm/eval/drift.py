@@ -5,6 +5,7 @@ at every evaluated iteration (`evals/drift_pi<i>.json`, the learning curve's `kl
 scripts/policy_drift.py measures a finished run."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -43,7 +44,18 @@ def drift(reference: list[torch.Tensor], policy: list[torch.Tensor]) -> dict:
             "greedy_agrees_with_pi0": round(sum(agree) / n, 4), "states": len(kl)}
 
 
-def policy_drift(pi0: Path, policy: Path, episodes: Path, limit: int = DRIFT_STATES) -> dict:
-    """`drift` of the policy folder `policy` from the one at `pi0`, on the states of `episodes` (π0's greedy eval)."""
-    states = visited_states(episodes, limit)
-    return drift(command_log_probs(LMAgent.load(pi0), states), command_log_probs(LMAgent.load(policy), states))
+@dataclass
+class DriftReference:
+    """π0's choose-mode distributions on the states of its greedy eval episodes: computed once, then every π_i is
+    measured against them (`measure`)."""
+    states: list
+    log_probs: list[torch.Tensor]
+
+    @classmethod
+    def of(cls, pi0: Path, episodes: Path, limit: int = DRIFT_STATES) -> DriftReference:
+        states = visited_states(episodes, limit)
+        return cls(states, command_log_probs(LMAgent.load(pi0), states))
+
+    def measure(self, policy: Path) -> dict:
+        """`drift` of the policy folder `policy` from π0 on these states."""
+        return drift(self.log_probs, command_log_probs(LMAgent.load(policy), self.states))

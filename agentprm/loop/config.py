@@ -253,15 +253,8 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
     if cfg.eval.beam_width and cfg.eval.beam_width * cfg.eval.beam_expand < 2:   # 1x1 would be one sampled reply
         raise UserError(f"{source}: field 'eval.beam_width' × 'eval.beam_expand' must be at least 2 samples per turn "
                         f"(or beam_width 0: off), got {cfg.eval.beam_width} × {cfg.eval.beam_expand}")
-    if cfg.tasks.validate and cfg.tasks.eval_dir:
-        raise UserError(f"{where('tasks.validate')}: a tuning run evaluates on held-out train games, never on the eval "
-                        "split: remove tasks.eval_dir (or set validate 0)")
-    if cfg.tasks.validate and (cfg.policy0.demo_tasks or cfg.policy.search_tasks):   # those read the train split
-        raise UserError(f"{where('tasks.validate')}: policy0.demo_tasks and policy.search_tasks read the whole "
-                        "generated train split, the held-out games too: set them to 0 in a tuning run")
-    if cfg.tasks.validate and not cfg.tasks.train_dir and cfg.tasks.validate >= cfg.tasks.train:
-        raise UserError(f"{where('tasks.validate')} must leave train games to train on: below tasks.train "
-                        f"({cfg.tasks.train}), got {cfg.tasks.validate}")
+    if cfg.tasks.validate:
+        check_tuning_run(cfg, where)
     if any(n < 2 for n in cfg.eval.best_of_n):  # N = 1 would be reported as the greedy policy's row
         raise UserError(f"{source}: field 'eval.best_of_n' entries must be at least 2, got {cfg.eval.best_of_n}")
     if not cfg.policy0.sft.epochs and cfg.policy0.sft.steps < 1:   # SFT counts steps unless given epochs
@@ -292,6 +285,19 @@ def from_dict(data: dict, source: str = "config") -> LoopConfig:
                        ("policy.lora", cfg.policy.lora), ("policy_gradient.lora", cfg.policy_gradient.lora)):
         check_lora(lora, f"{source}: field {path}")
     return cfg
+
+
+def check_tuning_run(cfg: LoopConfig, where) -> None:
+    """`tasks.validate` > 0: evals play held-out train games, so nothing may read the eval split or train on them."""
+    if cfg.tasks.eval_dir:
+        raise UserError(f"{where('tasks.validate')}: a tuning run evaluates on held-out train games, never on the eval "
+                        "split: remove tasks.eval_dir (or set validate 0)")
+    if cfg.policy0.demo_tasks or cfg.policy.search_tasks:   # those read the whole generated train split
+        raise UserError(f"{where('tasks.validate')}: policy0.demo_tasks and policy.search_tasks read the whole "
+                        "generated train split, the held-out games too: set them to 0 in a tuning run")
+    if not cfg.tasks.train_dir and cfg.tasks.validate >= cfg.tasks.train:
+        raise UserError(f"{where('tasks.validate')} must leave train games to train on: below tasks.train "
+                        f"({cfg.tasks.train}), got {cfg.tasks.validate}")
 
 
 class StrictLoader(yaml.SafeLoader):

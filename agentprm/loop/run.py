@@ -102,6 +102,7 @@ class Loop:
         self.rows: list[dict] = []
         self.update_history: dict[int, list[dict]] = {}
         self.serving = None  # (policy folder, its vLLM server or Ray replicas): load_agent
+        self.drift_reference = None  # π0's distributions on its eval states (eval/drift.py), made at the first drift
 
     # ---------------------------------------------------------------- stages
     def tasks(self) -> tuple[list, list]:
@@ -313,12 +314,18 @@ class Loop:
     def drift(self, i: int, policy_dir: Path) -> None:
         """KL(π_i ‖ π0), π_i's entropy and greedy agreement on the states of π0's greedy eval episodes (eval/drift.py),
         as the stage evals/drift_pi<i>.json: the learning curve's `kl_to_pi0`, beside each evaluated π_i."""
-        from agentprm.eval.drift import policy_drift
+        from agentprm.eval.drift import DriftReference
 
         episodes = self.run_dir / "evals" / "pi0.parquet"
-        if episodes.is_file():   # (absent where π0's eval was reused from a run that did not copy its episodes)
-            self.stages.run(f"drift_pi{i}", f"evals/drift_pi{i}.json", lambda out: write_json(
-                out, policy_drift(self.run_dir / "policy_0", policy_dir, episodes)))
+        if not episodes.is_file():   # (absent where π0's eval was reused from a run that did not copy its episodes)
+            return
+
+        def build(out: Path) -> None:
+            if self.drift_reference is None:   # π0's side once per process, not once per evaluated iteration
+                self.drift_reference = DriftReference.of(self.run_dir / "policy_0", episodes)
+            write_json(out, self.drift_reference.measure(policy_dir))
+
+        self.stages.run(f"drift_pi{i}", f"evals/drift_pi{i}.json", build)
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict:

@@ -102,9 +102,12 @@ def with_env_steps(results: dict) -> list[dict]:
     """A run's rows, each with the train env steps its policy's run had taken (results.json `curve`; 0 for π0) and,
     where the run measured it, how far that policy had moved from π0 (`kl_to_pi0`, eval/drift.py)."""
     curve = {p["iteration"]: p for p in results.get("curve", [])}
-    return [{**r, "env_steps": curve.get(r["iteration"], {}).get("env_steps", 0 if r["iteration"] == 0 else None),
-             **({"kl_to_pi0": curve[r["iteration"]]["kl_to_pi0"]} if "kl_to_pi0" in curve.get(r["iteration"], {})
-                else {})} for r in results["rows"]]
+    rows = []
+    for r in results["rows"]:
+        point = curve.get(r["iteration"], {})
+        rows.append({**r, "env_steps": point.get("env_steps", 0 if r["iteration"] == 0 else None),
+                     **({"kl_to_pi0": point["kl_to_pi0"]} if "kl_to_pi0" in point else {})})
+    return rows
 
 
 def write_outcomes(path: Path, results: dict, variant: str, seed: int) -> Path:
@@ -297,8 +300,9 @@ def sweep_markdown(source: str, seeds: list[int], summary: dict[str, dict], pape
     for name, done in summary.items():
         for r in done["rows"]:
             cell = PAPER.get((r["policy"], r["best_of_n"]), "") if name in paper and not r.get("search") else ""
-            lines.append(f"| {name or '—'} | {r['policy']} | {search_cell(r)} | {_seed_mean(done, r, 'env_steps', ',.0f')} | "
-                         f"{_seed_mean(done, r, 'kl_to_pi0', '.3f')} | {rate_cells(r)} "
+            lines.append(f"| {name or '—'} | {r['policy']} | {search_cell(r)} | "
+                         f"{_seed_mean(done, r, 'env_steps', ',.0f')} | {_seed_mean(done, r, 'kl_to_pi0', '.3f')} | "
+                         f"{rate_cells(r)} "
                          f"| {per_seed_cell(r)} |" + (f" {cell} |" if paper else "")
                          + f" {done['wall_seconds']:.0f} | {done['own_seconds']:.0f} |")
     if search:
